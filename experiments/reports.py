@@ -1,0 +1,46 @@
+"""Writes a study's report: results.json, results.md (a Markdown table) and PNG figures."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from experiments.metrics import to_json_number
+from methods.base import Report
+
+
+def markdown_table(rows: Sequence[Mapping[str, Any]]) -> str:
+  """Rows of equal keys as a Markdown table; floats to 4 significant digits."""
+  if not rows:
+    return "(no rows)\n"
+  columns = list(rows[0])
+  lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+  lines += ["| " + " | ".join(_cell(row.get(c)) for c in columns) + " |" for row in rows]
+  return "\n".join(lines) + "\n"
+
+
+def _cell(value) -> str:
+  if isinstance(value, float):
+    return f"{value:.4g}"
+  return "" if value is None else str(value)
+
+
+def _json_default(value):
+  if hasattr(value, "item"):
+    return value.item()
+  return to_json_number(value)
+
+
+def write_report(workdir: str, report: Report, arm_results: Mapping[str, Mapping[str, float]]) -> dict:
+  os.makedirs(workdir, exist_ok=True)
+  payload = {"summary": dict(report.summary), "rows": list(report.rows), "arms": dict(arm_results)}
+  with open(os.path.join(workdir, "results.json"), "w") as f:
+    json.dump(payload, f, indent=2, default=_json_default)
+  summary = "\n".join(f"- {k}: {_cell(v)}" for k, v in report.summary.items())
+  with open(os.path.join(workdir, "results.md"), "w") as f:
+    f.write(markdown_table(report.rows) + "\n" + summary + "\n" + (f"\n{report.notes}\n" if report.notes else ""))
+  for stem, figure in report.figures.items():
+    figure.savefig(os.path.join(workdir, f"{stem}.png"), dpi=120, bbox_inches="tight")
+  return payload

@@ -1,0 +1,54 @@
+r"""Runs a method's study: each arm through the training loop, then the method's report.
+
+  python experiments/study.py --config=configs/quant_diffusion.py:study --workdir=runs/qdpm_study
+
+Arm `a` runs in `<workdir>/<a>/` (and resumes there, like any training run). The study writes
+`<workdir>/results.json` (summary, table rows, every arm's results), `<workdir>/results.md` (the table)
+and one PNG per figure of the report.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Path to configs/<method>.py:study.", lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Study folder; default runs/<method>/study.")
+flags.mark_flags_as_required(["config"])
+
+
+def run_study(config, workdir: str) -> dict:
+  """Runs every arm of `config`'s study and writes the report; returns the results.json payload."""
+  import methods
+  from experiments import loop, reports
+
+  method = methods.get_method(config.method)
+  if method.study_arms is None or method.report is None:
+    raise loop.ConfigError(f"config.method: {config.method!r} defines no study")
+  arms = list(method.study_arms(config))
+  results = {}
+  for index, (name, arm_config) in enumerate(arms):
+    logging.info("study arm %d/%d: %s", index + 1, len(arms), name)
+    results[name] = loop.run(arm_config, os.path.join(workdir, name)).results
+  return reports.write_report(workdir, method.report(config, results), results)
+
+
+def main(argv):
+  del argv
+  from experiments import loop
+
+  config = _CONFIG.value
+  workdir = _WORKDIR.value or os.path.join("runs", config.method, "study")
+  try:
+    payload = run_study(config, workdir)
+  except (loop.ConfigError, loop.NonFiniteLossError, loop.BadBatchError, loop.CheckpointError) as error:
+    sys.exit(f"error: {error}")
+  logging.info("study summary: %s", payload["summary"])
+
+
+if __name__ == "__main__":
+  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  app.run(main)

@@ -1,0 +1,32 @@
+"""The registry: `config.method` -> the paper's `Method` (see `methods/base.py` for the protocol).
+
+Each entry names a module of this package that defines `METHOD`; modules are imported on first use
+so one method's dependencies never slow down another's launch.
+"""
+
+import importlib
+
+from methods.base import ConfigError, Method
+
+_MODULES = {
+    "quant_diffusion": "methods.quant_diffusion",
+}
+
+
+def register(name: str, module: str) -> None:
+  """Adds `module` (which defines `METHOD`) under `name`; for methods that live outside this package."""
+  _MODULES[name] = module
+
+
+def known_methods() -> list[str]:
+  return sorted(_MODULES)
+
+
+def get_method(name: str) -> Method:
+  """The registered method called `name`; an unknown name fails listing the known ones."""
+  if name not in _MODULES:
+    raise ConfigError(f"config.method: unknown method {name!r}; known methods: {', '.join(known_methods())}")
+  method = importlib.import_module(_MODULES[name]).METHOD
+  if method.name != name:
+    raise RuntimeError(f"{_MODULES[name]}.METHOD is named {method.name!r}, registered as {name!r}")
+  return method

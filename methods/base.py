@@ -1,0 +1,137 @@
+"""The method protocol: what every paper's module hands to the one training loop.
+
+A method is a named list of **phases**. The loop in `experiments/loop.py` runs the phases in order, each
+with the same machinery (restore-or-init, jitted sharded steps, checkpoints, metrics, NaN guard,
+preemption), and hands each phase the outputs of the phases before it. Shapes that fit the papers:
+
+* minibatch training (QDPM): one phase, `data` gives batches, `step` is one optimiser update;
+* multi-phase pipelines (weak-to-strong: teacher -> pseudolabels -> student -> retrain): several phases,
+  a later phase's `init`/`data` read `inputs[earlier_phase_name]`;
+* estimator pipelines with cross-fitting (front-door HTE): `num_steps = 0` and `evaluate` runs the
+  vmapped (fold x replication) fits, or one step per fold;
+* RL with rollouts in the step (kernel PPO): `data = None`; the step makes its own data from its rng;
+* training-free samplers on a trained model (BWCache): a phase with `num_steps = 0` whose `evaluate` runs
+  the sampler on `inputs` from a training phase or on a restored checkpoint.
+
+Everything that crosses `jax.jit` is a pytree of arrays; configuration is closed over when
+`Method.phases(config)` builds the phases. Methods never write files: `evaluate` returns numbers,
+`artifacts` returns images (arrays) or matplotlib figures, and the loop writes them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+import jax
+import ml_collections
+import numpy as np
+
+PyTree = Any
+Metrics = Mapping[str, Any]
+Inputs = Mapping[str, Any]
+
+
+class DataSource(Protocol):
+  """Batches as a pure function of the step, so a resumed run reads exactly what it would have read."""
+
+  global_batch_size: int
+
+  def batch(self, step: int, process_index: int = 0, process_count: int = 1) -> dict[str, np.ndarray]:
+    """This process's contiguous slice of the global batch for `step`."""
+    ...
+
+
+StepFn = Callable[[PyTree, Any, jax.Array], tuple[PyTree, Metrics]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Phase:
+  """One stage of a method, run by the shared loop.
+
+  Attributes:
+    name: unique within the method; names the checkpoint folder and prefixes nothing (metric names
+      are the method's to choose and must not collide across phases).
+    num_steps: how many times `step` runs; 0 for phases that only evaluate.
+    init: `(rng, inputs) -> state`, a pytree of arrays. `inputs[name]` is `outputs(...)` of an
+      earlier phase. Traced under `jax.eval_shape` for restoring, so it must be pure.
+    step: `(state, batch, rng) -> (state, metrics)`, pure; jitted by the loop with the state donated,
+      the batch sharded over the mesh's data axis, scalars in `metrics` replicated. Must return a
+      scalar `loss` in metrics: it is the NaN guard's signal.
+    data: `inputs -> DataSource`, or None when the step makes its own data.
+    evaluate: `(state, rng, inputs) -> {name: number}`; goes into `results.json`.
+    artifacts: `(state, rng, inputs) -> {file stem: image array or matplotlib figure}`.
+    outputs: `(state, inputs) -> pytree` handed to later phases (default: the state).
+    state_sharding: `(mesh, abstract_state) -> sharding pytree`; default replicates every leaf.
+  """
+
+  name: str
+  num_steps: int
+  init: Callable[[jax.Array, Inputs], PyTree]
+  step: StepFn | None = None
+  data: Callable[[Inputs], DataSource] | None = None
+  evaluate: Callable[[PyTree, jax.Array, Inputs], dict[str, float]] | None = None
+  artifacts: Callable[[PyTree, jax.Array, Inputs], dict[str, Any]] | None = None
+  outputs: Callable[[PyTree, Inputs], PyTree] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Report:
+  """What a method's study makes of its arms' results: a table, a summary and figures."""
+
+  rows: Sequence[Mapping[str, Any]]
+  summary: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  figures: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  notes: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Method:
+  """A paper's entry in the registry.
+
+  Attributes:
+    name: the value of `config.method` that selects it.
+    phases: `config -> [Phase]`.
+    validate: `config -> None`; raises `ConfigError` naming the bad field. Runs before anything compiles,
+      after the loop's generic checks.
+    study_arms: `config -> [(arm name, config)]`: the runs a study makes, each through the same loop.
+    report: `(config, {arm: results}) -> Report`: the study's table, summary and figures.
+  """
+
+  name: str
+  phases: Callable[[ml_collections.ConfigDict], Sequence[Phase]]
+  validate: Callable[[ml_collections.ConfigDict], None] = lambda config: None
+  study_arms: Callable[[ml_collections.ConfigDict], Sequence[tuple[str, ml_collections.ConfigDict]]] | None = None
+  report: Callable[[ml_collections.ConfigDict, Mapping[str, Mapping[str, Any]]], Report] | None = None
+
+
+class ConfigError(ValueError):
+  """A configuration value that cannot work; the message names the field."""
+
+
+def require(condition: bool, field: str, message: str) -> None:
+  """Raises `ConfigError("config.<field>: <message>")` unless `condition`."""
+  if not condition:
+    raise ConfigError(f"config.{field}: {message}")
+
+
+def require_positive_int(config: ml_collections.ConfigDict, field: str) -> None:
+  value = lookup(config, field)
+  require(isinstance(value, int) and not isinstance(value, bool), field, f"must be an int, got {value!r}")
+  require(value > 0, field, f"must be positive, got {value}")
+
+
+def require_choice(config: ml_collections.ConfigDict, field: str, choices: Sequence[Any]) -> None:
+  value = lookup(config, field)
+  require(value in choices, field, f"must be one of {list(choices)}, got {value!r}")
+
+
+def lookup(config: ml_collections.ConfigDict, field: str) -> Any:
+  """`config.a.b` for `field = "a.b"`, with an error naming the missing field."""
+  node = config
+  for part in field.split("."):
+    if part not in node:
+      raise ConfigError(f"config.{field}: missing (no field {part!r} in {sorted(node.keys())})")
+    node = node[part]
+  return node
