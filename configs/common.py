@@ -3,7 +3,9 @@
 import ml_collections
 
 
-def loop_config(log_every: int = 100, checkpoint_every: int = 500, max_to_keep: int = 2) -> ml_collections.ConfigDict:
+def loop_config(
+  log_every: int = 100, checkpoint_every: int = 500, max_to_keep: int = 2
+) -> ml_collections.ConfigDict:
   """The shared loop's knobs: metrics/progress interval, checkpoint interval, checkpoints kept."""
   return ml_collections.ConfigDict(
     {"log_every": log_every, "checkpoint_every": checkpoint_every, "max_to_keep": max_to_keep}

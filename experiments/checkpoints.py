@@ -58,7 +58,9 @@ class PhaseCheckpoints:
       stored = ocp.StandardCheckpointer().metadata(os.path.join(self.directory, str(step), "state"))
       stored = _leaves_by_path(stored.item_metadata.tree)
     except Exception as error:
-      raise CheckpointError(f"checkpoint step {step} in {self.directory} is unreadable: {error}") from error
+      raise CheckpointError(
+        f"checkpoint step {step} in {self.directory} is unreadable: {error}"
+      ) from error
     wanted = _leaves_by_path(abstract_state)
     for path in sorted(set(stored) | set(wanted)):
       if path not in stored or path not in wanted:

@@ -41,7 +41,9 @@ class Interrupted(Exception):
   """The run stopped on request (preemption) after saving a checkpoint at `step`."""
 
   def __init__(self, phase: str, step: int):
-    super().__init__(f"stopped in phase {phase!r} at step {step}; run the same command again to resume")
+    super().__init__(
+      f"stopped in phase {phase!r} at step {step}; run the same command again to resume"
+    )
     self.phase, self.step = phase, step
 
 
@@ -125,7 +127,9 @@ def run(
   try:
     for index, phase in enumerate(phases):
       runner = _PhaseRunner(phase, config, workdir, mesh, writer, [p.name for p in phases[:index]])
-      state, phase_results, traces[phase.name] = runner.run(jax.random.fold_in(jax.random.key(config.seed), index), inputs, should_stop)
+      state, phase_results, traces[phase.name] = runner.run(
+        jax.random.fold_in(jax.random.key(config.seed), index), inputs, should_stop
+      )
       inputs[phase.name] = phase.outputs(state, inputs) if phase.outputs else state
       _merge_results(results, phase_results, phase.name)
   finally:
@@ -139,7 +143,13 @@ class _PhaseRunner:
   """Restore-or-init, steps, evaluation and artifacts of one phase."""
 
   def __init__(self, phase: Phase, config, workdir: str, mesh, writer, phases_done: list[str]):
-    self.phase, self.config, self.workdir, self.mesh, self.writer = phase, config, workdir, mesh, writer
+    self.phase, self.config, self.workdir, self.mesh, self.writer = (
+      phase,
+      config,
+      workdir,
+      mesh,
+      writer,
+    )
     self.phases_done = phases_done
     self.is_writer = jax.process_index() == 0
     self.evaluation_path = os.path.join(workdir, "phases", f"{phase.name}.json")
@@ -169,14 +179,20 @@ class _PhaseRunner:
       state = jax.jit(lambda r: self.phase.init(r, inputs), out_shardings=shardings)(rng)
       self._save(0, state)
       return state, 0
-    target = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, shardings)
+    target = jax.tree.map(
+      lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, shardings
+    )
     state, record = self.checkpoints.restore(latest, target)
-    logging.info("[%s] resumed from step %d (%s)", self.phase.name, record["step"], self.checkpoints.directory)
+    logging.info(
+      "[%s] resumed from step %d (%s)", self.phase.name, record["step"], self.checkpoints.directory
+    )
     self.writer.truncate_after(self.phases_done, self.phase.name, record["step"])
     return state, record["step"]
 
   def _save(self, step: int, state) -> None:
-    self.checkpoints.save(step, state, {"phase": self.phase.name, "step": step, "data_position": step})
+    self.checkpoints.save(
+      step, state, {"phase": self.phase.name, "step": step, "data_position": step}
+    )
 
   def _train(self, state, start: int, rng, inputs, should_stop: StopRequest):
     phase, loop_config = self.phase, self.config.loop
@@ -226,7 +242,9 @@ class _PhaseRunner:
     fetched = jax.device_get(pending)
     for step, values in fetched:
       if "loss" not in values:
-        raise KeyError(f"phase {self.phase.name}: step metrics must include 'loss', got {sorted(values)}")
+        raise KeyError(
+          f"phase {self.phase.name}: step metrics must include 'loss', got {sorted(values)}"
+        )
       if not np.all(np.isfinite(values["loss"])):
         raise NonFiniteLossError(
           f"phase {self.phase.name}: loss is {values['loss']} at step {step}; stopped, the last "
@@ -243,13 +261,17 @@ class _PhaseRunner:
         return json.load(f)
     results = {}
     if self.phase.evaluate is not None:
-      results = {name: float(value) for name, value in self.phase.evaluate(state, rng, inputs).items()}
+      results = {
+        name: float(value) for name, value in self.phase.evaluate(state, rng, inputs).items()
+      }
       logging.info("[%s] evaluation: %s", self.phase.name, _format(results))
     if self.phase.artifacts is not None and self.is_writer:
       for stem, artifact in self.phase.artifacts(state, jax.random.fold_in(rng, 1), inputs).items():
         _write_artifact(self.workdir, stem, artifact)
     if self.is_writer:
-      self.writer.write(self.phase.name, self.phase.num_steps, {f"eval/{k}": v for k, v in results.items()})
+      self.writer.write(
+        self.phase.name, self.phase.num_steps, {f"eval/{k}": v for k, v in results.items()}
+      )
       _write_json(self.evaluation_path, results)
     return results
 
@@ -273,7 +295,9 @@ class _BatchChecker:
     for name, value in batch.items():
       value = np.asarray(value)
       if np.issubdtype(value.dtype, np.floating) and not np.all(np.isfinite(value)):
-        raise BadBatchError(f"phase {self.phase}: batch of step {step}, field {name!r} holds NaN or inf")
+        raise BadBatchError(
+          f"phase {self.phase}: batch of step {step}, field {name!r} holds NaN or inf"
+        )
 
 
 class _Progress:
@@ -288,7 +312,13 @@ class _Progress:
     rate = (step - self.last_step) / max(now - self.last_time, 1e-9)
     eta = (self.total - step) / rate if rate > 0 else math.inf
     logging.info(
-      "[%s] step %d/%d  loss %.5g  %.2f steps/s  ETA %s", self.phase, step, self.total, loss, rate, _clock(eta)
+      "[%s] step %d/%d  loss %.5g  %.2f steps/s  ETA %s",
+      self.phase,
+      step,
+      self.total,
+      loss,
+      rate,
+      _clock(eta),
     )
     self.last_step, self.last_time = step, now
 
@@ -309,7 +339,9 @@ def _check_phase_names(phases: Sequence[Phase]) -> None:
 def _merge_results(results: dict, phase_results: Mapping[str, float], phase: str) -> None:
   clash = sorted(set(results) & set(phase_results))
   if clash:
-    raise ValueError(f"phase {phase} reports metric names already reported by an earlier phase: {clash}")
+    raise ValueError(
+      f"phase {phase} reports metric names already reported by an earlier phase: {clash}"
+    )
   results.update(phase_results)
 
 

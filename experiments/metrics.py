@@ -40,7 +40,11 @@ class MetricWriter:
       return
     with open(self.path) as f:
       rows = [json.loads(line) for line in f if line.strip()]
-    keep = [r for r in rows if r.get("phase") in phases_done or (r.get("phase") == phase and r["step"] <= step)]
+    keep = [
+      r
+      for r in rows
+      if r.get("phase") in phases_done or (r.get("phase") == phase and r["step"] <= step)
+    ]
     with open(self.path, "w") as f:
       f.writelines(json.dumps(r) + "\n" for r in keep)
 

@@ -33,14 +33,22 @@ def _json_default(value):
   return to_json_number(value)
 
 
-def write_report(workdir: str, report: Report, arm_results: Mapping[str, Mapping[str, float]]) -> dict:
+def write_report(
+  workdir: str, report: Report, arm_results: Mapping[str, Mapping[str, float]]
+) -> dict:
   os.makedirs(workdir, exist_ok=True)
   payload = {"summary": dict(report.summary), "rows": list(report.rows), "arms": dict(arm_results)}
   with open(os.path.join(workdir, "results.json"), "w") as f:
     json.dump(payload, f, indent=2, default=_json_default)
   summary = "\n".join(f"- {k}: {_cell(v)}" for k, v in report.summary.items())
   with open(os.path.join(workdir, "results.md"), "w") as f:
-    f.write(markdown_table(report.rows) + "\n" + summary + "\n" + (f"\n{report.notes}\n" if report.notes else ""))
+    f.write(
+      markdown_table(report.rows)
+      + "\n"
+      + summary
+      + "\n"
+      + (f"\n{report.notes}\n" if report.notes else "")
+    )
   for stem, figure in report.figures.items():
     figure.savefig(os.path.join(workdir, f"{stem}.png"), dpi=120, bbox_inches="tight")
   return payload

@@ -38,4 +38,6 @@ def state_shardings(mesh: Mesh, abstract_state):
 def global_batch(local_batch, mesh: Mesh):
   """Assembles each process's slice into global arrays split over the data axis."""
   sharding = batch_sharding(mesh)
-  return jax.tree.map(lambda x: jax.make_array_from_process_local_data(sharding, np.asarray(x)), local_batch)
+  return jax.tree.map(
+    lambda x: jax.make_array_from_process_local_data(sharding, np.asarray(x)), local_batch
+  )

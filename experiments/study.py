@@ -15,7 +15,9 @@ import sys
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Path to configs/<method>.py:study.", lock_config=True)
+_CONFIG = config_flags.DEFINE_config_file(
+  "config", None, "Path to configs/<method>.py:study.", lock_config=True
+)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Study folder; default runs/<method>/study.")
 flags.mark_flags_as_required(["config"])
 
@@ -38,13 +40,19 @@ def run_study(config, workdir: str) -> dict:
 
 def main(argv):
   del argv
-  from experiments import loop
+  from experiments import logs, loop
 
+  logs.setup()
   config = _CONFIG.value
   workdir = _WORKDIR.value or os.path.join("runs", config.method, "study")
   try:
     payload = run_study(config, workdir)
-  except (loop.ConfigError, loop.NonFiniteLossError, loop.BadBatchError, loop.CheckpointError) as error:
+  except (
+    loop.ConfigError,
+    loop.NonFiniteLossError,
+    loop.BadBatchError,
+    loop.CheckpointError,
+  ) as error:
     sys.exit(f"error: {error}")
   logging.info("study summary: %s", payload["summary"])
 

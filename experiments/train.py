@@ -17,7 +17,9 @@ import threading
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Path to a configs/<method>.py[:variant].", lock_config=True)
+_CONFIG = config_flags.DEFINE_config_file(
+  "config", None, "Path to a configs/<method>.py[:variant].", lock_config=True
+)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run folder; default runs/<method>/<variant>.")
 flags.mark_flags_as_required(["config"])
 
@@ -30,8 +32,9 @@ def default_workdir(config) -> str:
 
 def main(argv):
   del argv
-  from experiments import loop  # after flag parsing, so --help stays fast
+  from experiments import logs, loop  # after flag parsing, so --help stays fast
 
+  logs.setup()
   config = _CONFIG.value
   workdir = _WORKDIR.value or default_workdir(config)
   signal.signal(signal.SIGTERM, lambda *_: _PREEMPTED.set())
@@ -40,7 +43,12 @@ def main(argv):
   except loop.Interrupted as stop:
     logging.info("%s", stop)
     return 0
-  except (loop.ConfigError, loop.NonFiniteLossError, loop.BadBatchError, loop.CheckpointError) as error:
+  except (
+    loop.ConfigError,
+    loop.NonFiniteLossError,
+    loop.BadBatchError,
+    loop.CheckpointError,
+  ) as error:
     sys.exit(f"error: {error}")
   logging.info("results in %s: %s", os.path.join(workdir, "results.json"), summary.results)
   return 0

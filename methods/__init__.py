@@ -9,7 +9,7 @@ import importlib
 from methods.base import ConfigError, Method
 
 _MODULES = {
-    "quant_diffusion": "methods.quant_diffusion",
+  "quant_diffusion": "methods.quant_diffusion",
 }
 
 
@@ -25,7 +25,9 @@ def known_methods() -> list[str]:
 def get_method(name: str) -> Method:
   """The registered method called `name`; an unknown name fails listing the known ones."""
   if name not in _MODULES:
-    raise ConfigError(f"config.method: unknown method {name!r}; known methods: {', '.join(known_methods())}")
+    raise ConfigError(
+      f"config.method: unknown method {name!r}; known methods: {', '.join(known_methods())}"
+    )
   method = importlib.import_module(_MODULES[name]).METHOD
   if method.name != name:
     raise RuntimeError(f"{_MODULES[name]}.METHOD is named {method.name!r}, registered as {name!r}")

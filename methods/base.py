@@ -38,7 +38,9 @@ class DataSource(Protocol):
 
   global_batch_size: int
 
-  def batch(self, step: int, process_index: int = 0, process_count: int = 1) -> dict[str, np.ndarray]:
+  def batch(
+    self, step: int, process_index: int = 0, process_count: int = 1
+  ) -> dict[str, np.ndarray]:
     """This process's contiguous slice of the global batch for `step`."""
     ...
 
@@ -102,8 +104,12 @@ class Method:
   name: str
   phases: Callable[[ml_collections.ConfigDict], Sequence[Phase]]
   validate: Callable[[ml_collections.ConfigDict], None] = lambda config: None
-  study_arms: Callable[[ml_collections.ConfigDict], Sequence[tuple[str, ml_collections.ConfigDict]]] | None = None
-  report: Callable[[ml_collections.ConfigDict, Mapping[str, Mapping[str, Any]]], Report] | None = None
+  study_arms: (
+    Callable[[ml_collections.ConfigDict], Sequence[tuple[str, ml_collections.ConfigDict]]] | None
+  ) = None
+  report: Callable[[ml_collections.ConfigDict, Mapping[str, Mapping[str, Any]]], Report] | None = (
+    None
+  )
 
 
 class ConfigError(ValueError):
@@ -118,7 +124,9 @@ def require(condition: bool, field: str, message: str) -> None:
 
 def require_positive_int(config: ml_collections.ConfigDict, field: str) -> None:
   value = lookup(config, field)
-  require(isinstance(value, int) and not isinstance(value, bool), field, f"must be an int, got {value!r}")
+  require(
+    isinstance(value, int) and not isinstance(value, bool), field, f"must be an int, got {value!r}"
+  )
   require(value > 0, field, f"must be positive, got {value}")
 
 

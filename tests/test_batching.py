@@ -20,7 +20,9 @@ def test_batch_is_a_function_of_step():
 def test_epoch_visits_distinct_records_and_reshuffles():
   source = _source()
   epoch0 = np.concatenate([source.batch(s)["i"] for s in range(source.steps_per_epoch)])
-  epoch1 = np.concatenate([source.batch(s)["i"] for s in range(source.steps_per_epoch, 2 * source.steps_per_epoch)])
+  epoch1 = np.concatenate(
+    [source.batch(s)["i"] for s in range(source.steps_per_epoch, 2 * source.steps_per_epoch)]
+  )
   assert len(np.unique(epoch0)) == len(epoch0) == 48
   assert not np.array_equal(epoch0, epoch1)
 

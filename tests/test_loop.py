@@ -34,7 +34,13 @@ def _rows(workdir):
 
 def test_run_writes_the_workdir_and_chains_phases(tmp_path):
   summary = loop.run(_config(), str(tmp_path))
-  for name in ("config.json", "metrics.jsonl", "results.json", "phases/fit.json", "checkpoints/fit"):
+  for name in (
+    "config.json",
+    "metrics.jsonl",
+    "results.json",
+    "phases/fit.json",
+    "checkpoints/fit",
+  ):
     assert os.path.exists(tmp_path / name), name
   with open(tmp_path / "results.json") as f:
     results = json.load(f)
@@ -111,7 +117,9 @@ def test_checkpoint_of_another_shape_gets_a_clear_error(tmp_path):
 
   toy.METHOD = toy.Method(name="toy", phases=wider)
   try:
-    with pytest.raises(loop.CheckpointError, match=r"step 4 .*field w is stored as float32\[3\].*wants float32\[5\]"):
+    with pytest.raises(
+      loop.CheckpointError, match=r"step 4 .*field w is stored as float32\[3\].*wants float32\[5\]"
+    ):
       loop.run(_config(steps=8), str(tmp_path))
   finally:
     toy.METHOD = toy.Method(name="toy", phases=original)

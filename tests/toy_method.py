@@ -61,7 +61,9 @@ def _phases(config):
     init=lambda rng, inputs: {"w": jax.random.normal(rng, (3,)), "step": jnp.zeros((), jnp.int32)},
     step=step,
     data=lambda inputs: _Source(config),
-    evaluate=lambda state, rng, inputs: {"w_error": float(jnp.linalg.norm(state["w"] - jnp.array([1.0, -2.0, 0.5])))},
+    evaluate=lambda state, rng, inputs: {
+      "w_error": float(jnp.linalg.norm(state["w"] - jnp.array([1.0, -2.0, 0.5])))
+    },
     outputs=lambda state, inputs: state["w"],
   )
   check = Phase(

@@ -54,15 +54,21 @@ class IndexedBatches:
     start = offset * self.global_batch_size
     return self._cached_epoch[1][start : start + self.global_batch_size]
 
-  def batch(self, step: int, process_index: int = 0, process_count: int = 1) -> dict[str, np.ndarray]:
+  def batch(
+    self, step: int, process_index: int = 0, process_count: int = 1
+  ) -> dict[str, np.ndarray]:
     if self.global_batch_size % process_count:
-      raise ValueError(f"batch size {self.global_batch_size} is not divisible by {process_count} processes")
+      raise ValueError(
+        f"batch size {self.global_batch_size} is not divisible by {process_count} processes"
+      )
     local = self.global_batch_size // process_count
     indices = self.indices(step)[process_index * local : (process_index + 1) * local]
     return self.gather(indices)
 
 
-def from_arrays(arrays: Mapping[str, np.ndarray], global_batch_size: int, seed: int) -> IndexedBatches:
+def from_arrays(
+  arrays: Mapping[str, np.ndarray], global_batch_size: int, seed: int
+) -> IndexedBatches:
   """Batches over in-memory arrays sharing their leading axis."""
   lengths = {name: len(value) for name, value in arrays.items()}
   if len(set(lengths.values())) != 1:

@@ -25,7 +25,9 @@ def requantize(images: np.ndarray, from_levels: int, to_levels: int) -> np.ndarr
   return np.floor(scaled + 0.5).astype(np.int32)
 
 
-def digits(num_levels: int = DIGITS_LEVELS, split_seed: int = 0) -> dict[str, dict[str, np.ndarray]]:
+def digits(
+  num_levels: int = DIGITS_LEVELS, split_seed: int = 0
+) -> dict[str, dict[str, np.ndarray]]:
   """scikit-learn digits as `{"train"|"test": {"image": (N, 8, 8) int32, "label": (N,) int32}}`."""
   from sklearn.datasets import load_digits  # the data file ships inside scikit-learn
 

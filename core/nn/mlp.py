@@ -6,7 +6,9 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 
-def fourier_features(time: jnp.ndarray, num_features: int, max_frequency: float = 64.0) -> jnp.ndarray:
+def fourier_features(
+  time: jnp.ndarray, num_features: int, max_frequency: float = 64.0
+) -> jnp.ndarray:
   """Sin/cos features of a bounded time variable in [0, 1], log-spaced frequencies 1..max_frequency.
 
   `time` has shape (B,); returns (B, num_features) (num_features must be even).
@@ -33,7 +35,9 @@ class TimeConditionedMLP(nn.Module):
   def __call__(self, x: jnp.ndarray, time: jnp.ndarray) -> jnp.ndarray:
     if x.ndim != 2 or time.shape != x.shape[:1]:
       raise ValueError(f"expected x (B, D) and time (B,), got {x.shape} and {time.shape}")
-    embedding = nn.Dense(self.width)(nn.silu(nn.Dense(self.width)(fourier_features(time, self.time_features))))
+    embedding = nn.Dense(self.width)(
+      nn.silu(nn.Dense(self.width)(fourier_features(time, self.time_features)))
+    )
     h = nn.Dense(self.width)(x)
     for _ in range(self.depth - 1):
       h = nn.Dense(self.width)(nn.silu(h + embedding))
