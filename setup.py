@@ -3,25 +3,27 @@
 import setuptools
 
 setuptools.setup(
-    name="iclr26-jax",
-    version="0.1.0",
-    description="JAX implementations of nineteen ICLR 2026 methods behind one launcher.",
-    python_requires=">=3.11",
-    packages=setuptools.find_packages(include=["core*", "methods*", "kernels*", "experiments*", "configs*"]),
-    install_requires=[
-        "jax>=0.10.2,<0.13",
-        "flax>=0.12",
-        "optax>=0.2.8",
-        "orbax-checkpoint>=0.12",
-        "chex>=0.1.92",
-        "ml-collections>=1.1",
-        "absl-py>=2.5",
-        "tensorflow-datasets>=4.9.10",
-        "array-record>=0.8",
-        "numpy>=1.26",
-        "scikit-learn>=1.4",  # ships the digits data of the default configs
-        "matplotlib>=3.8",  # study figures and sample grids
-        "tensorboardX>=2.6",  # TensorBoard event files without TensorFlow
-    ],
-    extras_require={"test": ["pytest>=8", "scipy>=1.11"]},
+  name="iclr26-jax",
+  version="0.1.0",
+  description="JAX implementations of nineteen ICLR 2026 methods behind one launcher.",
+  python_requires=">=3.11",
+  packages=setuptools.find_packages(
+    include=["core*", "methods*", "kernels*", "experiments*", "configs*"]
+  ),
+  install_requires=[
+    "jax>=0.10.2,<0.13",
+    "flax>=0.12",
+    "optax>=0.2.8",
+    "orbax-checkpoint>=0.12",
+    "chex>=0.1.92",
+    "ml-collections>=1.1",
+    "absl-py>=2.5",
+    "tensorflow-datasets>=4.9.10",
+    "array-record>=0.8",
+    "numpy>=1.26",
+    "scikit-learn>=1.4",  # ships the digits data of the default configs
+    "matplotlib>=3.8",  # study figures and sample grids
+    "tensorboardX>=2.6",  # TensorBoard event files without TensorFlow
+  ],
+  extras_require={"test": ["pytest>=8", "scipy>=1.11"]},
 )

@@ -12,6 +12,15 @@ def loop_config(
   )
 
 
+def add_parallelism(config: ml_collections.ConfigDict, sharding: str = "replicate") -> None:
+  """`config.mesh`: `(axis, size)` pairs, one size -1 filling the devices; the batch is split over
+  "data". `config.sharding`: "replicate" the state, or "fsdp" (leaves of >= `fsdp_min_size` elements
+  split over "data")."""
+  config.mesh = (("data", -1),)
+  config.sharding = sharding
+  config.fsdp_min_size = 2**14
+
+
 def parse_variant(arg: str | None, known: tuple[str, ...]) -> str:
   """The variant named after `:` in `--config=configs/x.py:variant` (default "default")."""
   variant = arg or "default"

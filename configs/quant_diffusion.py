@@ -63,6 +63,15 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.eval.mc_c_samples = 1024  # plain Monte-Carlo estimate of C (the biased-low pitfall)
 
   config.loop = common.loop_config(log_every=100, checkpoint_every=500)
+  common.add_parallelism(config)
+
+  config.study = ml_collections.ConfigDict()
+  config.study.vdm_t_mins = ()  # extra VDM-style arms at these truncation times (sensitivity)
+
+  if variant == "study":
+    config.steps = 4000
+    config.eval.num_u_samples = 256
+    config.study.vdm_t_mins = (0.1, 0.5)
 
   if variant in ("cifar10", "gpu", "tpu_pod"):
     config.data.name = "cifar10"
@@ -78,4 +87,5 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.eval.num_u_samples = 1024
     config.eval.chunk = 256
     config.loop = common.loop_config(log_every=1000, checkpoint_every=10000, max_to_keep=3)
+    config.sharding = "fsdp" if variant == "tpu_pod" else "replicate"
   return config

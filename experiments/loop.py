@@ -62,19 +62,24 @@ class RunSummary:
 # ---------------------------------------------------------------------------------------------------
 
 
-def validate(config: ml_collections.ConfigDict, num_devices: int) -> None:
+def validate(config: ml_collections.ConfigDict, data_devices: int) -> None:
   """The loop's own checks, then the method's; raises `ConfigError` naming the field."""
   require("method" in config, "method", f"missing; known methods: {methods.known_methods()}")
   method = methods.get_method(config.method)
   require(isinstance(lookup(config, "seed"), int), "seed", f"must be an int, got {config.seed!r}")
   for field in ("loop.log_every", "loop.checkpoint_every", "loop.max_to_keep"):
     require_positive_int(config, field)
+  require(
+    config.get("sharding", "replicate") in sharding_lib.STRATEGIES,
+    "sharding",
+    f"must be one of {sharding_lib.STRATEGIES}, got {config.get('sharding')!r}",
+  )
   if "batch_size" in config:
     require_positive_int(config, "batch_size")
     require(
-      config.batch_size % num_devices == 0,
+      config.batch_size % data_devices == 0,
       "batch_size",
-      f"{config.batch_size} is not divisible by the {num_devices} devices of the mesh",
+      f"{config.batch_size} is not divisible by the {data_devices} devices of the mesh's data axis",
     )
   if "steps" in config:
     require_positive_int(config, "steps")
@@ -112,9 +117,17 @@ def run(
   devices: Sequence[jax.Device] | None = None,
   should_stop: StopRequest = lambda phase, step: False,
 ) -> RunSummary:
-  """Runs (or resumes) every phase of `config.method` in `workdir`; returns the evaluation results."""
-  mesh = sharding_lib.make_mesh(devices)
-  validate(config, mesh.size)
+  """Runs (or resumes) every phase of `config.method` in `workdir`; returns the evaluation results.
+
+  `devices` (default: all) carry the mesh of `config.mesh`. `should_stop(phase, step)` is asked after
+  every step (with several processes: every `log_every` steps, agreed by all); when it answers yes the
+  loop saves a checkpoint, waits for it and raises `Interrupted`.
+  """
+  try:
+    mesh = sharding_lib.make_mesh(config.get("mesh", sharding_lib.DEFAULT_MESH), devices)
+  except sharding_lib.MeshError as error:
+    raise ConfigError(str(error)) from None
+  validate(config, sharding_lib.data_size(mesh))
   is_writer = jax.process_index() == 0
   prepare_workdir(workdir, config, is_writer)
   writer = metrics_lib.MetricWriter(workdir, enabled=is_writer)
@@ -172,7 +185,12 @@ class _PhaseRunner:
 
   def _restore_or_init(self, rng, inputs):
     abstract = jax.eval_shape(self.phase.init, rng, inputs)
-    shardings = sharding_lib.state_shardings(self.mesh, abstract)
+    shardings = sharding_lib.state_shardings(
+      self.mesh,
+      abstract,
+      self.config.get("sharding", "replicate"),
+      self.config.get("fsdp_min_size", 2**14),
+    )
     self.shardings = shardings
     latest = self.checkpoints.latest_step()
     if latest is None:
@@ -197,10 +215,11 @@ class _PhaseRunner:
   def _train(self, state, start: int, rng, inputs, should_stop: StopRequest):
     phase, loop_config = self.phase, self.config.loop
     source = phase.data(inputs) if phase.data else None
-    if source is not None and source.global_batch_size % self.mesh.size:
+    data_devices = sharding_lib.data_size(self.mesh)
+    if source is not None and source.global_batch_size % data_devices:
       raise ConfigError(
         f"phase {phase.name}: batch size {source.global_batch_size} is not divisible by the "
-        f"{self.mesh.size} devices of the mesh"
+        f"{data_devices} devices of the mesh's data axis"
       )
     traces = [0]
 
@@ -226,7 +245,7 @@ class _PhaseRunner:
       pending.append((step + 1, step_metrics))
       done = step + 1
       checkpoint_due = done % loop_config.checkpoint_every == 0 or done == phase.num_steps
-      stop = should_stop(phase.name, done)
+      stop = _agreed_stop(should_stop, phase.name, done, done % loop_config.log_every == 0)
       if checkpoint_due or stop or done % loop_config.log_every == 0:
         self._flush(pending, progress)
         pending = []
@@ -274,6 +293,18 @@ class _PhaseRunner:
       )
       _write_json(self.evaluation_path, results)
     return results
+
+
+def _agreed_stop(should_stop: StopRequest, phase: str, step: int, at_log_step: bool) -> bool:
+  """Asks `should_stop`; with several processes only at log steps, and stops if any process says so."""
+  if jax.process_count() == 1:
+    return should_stop(phase, step)
+  if not at_log_step:
+    return False
+  from jax.experimental import multihost_utils
+
+  votes = multihost_utils.process_allgather(np.asarray(should_stop(phase, step), np.int32))
+  return bool(np.any(votes))
 
 
 class _BatchChecker:

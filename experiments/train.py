@@ -3,6 +3,12 @@ r"""Trains (or resumes) any registered method: the one launcher of the codebase.
   python experiments/train.py --config=configs/quant_diffusion.py [--workdir=runs/quant_diffusion/default]
   python experiments/train.py --config=configs/quant_diffusion.py:cifar10 --config.steps=1000
 
+A multi-process job (one process per host, or several on one machine):
+
+  python experiments/train.py --config=... --coordinator_address=127.0.0.1:1234 \
+    --num_processes=2 --process_id=0
+  python experiments/train.py --config=... --distributed      # TPU pod slice, SLURM: from the environment
+
 Running the same command on an unfinished workdir resumes from its latest checkpoint. SIGTERM saves a
 checkpoint at the current step and exits 0 (preemption); the next launch resumes.
 """
@@ -21,6 +27,18 @@ _CONFIG = config_flags.DEFINE_config_file(
   "config", None, "Path to a configs/<method>.py[:variant].", lock_config=True
 )
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run folder; default runs/<method>/<variant>.")
+_COORDINATOR = flags.DEFINE_string(
+  "coordinator_address",
+  None,
+  "host:port of process 0, to join a multi-process job (jax.distributed).",
+)
+_NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Processes in the multi-process job.")
+_PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process's index in the job.")
+_DISTRIBUTED = flags.DEFINE_bool(
+  "distributed",
+  False,
+  "Join a multi-process job from the cluster's environment (TPU pod, SLURM, ...).",
+)
 flags.mark_flags_as_required(["config"])
 
 _PREEMPTED = threading.Event()
@@ -30,8 +48,23 @@ def default_workdir(config) -> str:
   return os.path.join("runs", config.method, config.get("variant", "default"))
 
 
+def initialize_distributed() -> None:
+  """Joins the multi-process job named by the flags, or by the cluster's environment with --distributed."""
+  import jax
+
+  if _COORDINATOR.value is not None:
+    jax.distributed.initialize(
+      coordinator_address=_COORDINATOR.value,
+      num_processes=_NUM_PROCESSES.value,
+      process_id=_PROCESS_ID.value,
+    )
+  elif _DISTRIBUTED.value:
+    jax.distributed.initialize()
+
+
 def main(argv):
   del argv
+  initialize_distributed()
   from experiments import logs, loop  # after flag parsing, so --help stays fast
 
   logs.setup()

@@ -244,9 +244,8 @@ def _sampler_fn(frozen: str, dim: int, order: int):
   config = _thawed(frozen)
   grid, shape, steps = grid_of(config), (config.eval.num_samples, dim), config.eval.sampler_steps
   if config.model.kind == "qdpm":
-    return jax.jit(
-      lambda p, r: qd.qdpm_sample(qdpm_delta_fn(config, p), r, shape, grid, steps, order=order)
-    )
+    sample = functools.partial(qd.qdpm_sample, shape=shape, grid=grid, num_steps=steps, order=order)
+    return jax.jit(lambda p, r: sample(qdpm_delta_fn(config, p), r, snap_to_grid=False))
   t_min, t_max = config.model.t_min, config.model.t_max
   return jax.jit(
     lambda p, r: qd.baseline_sample(
@@ -255,8 +254,14 @@ def _sampler_fn(frozen: str, dim: int, order: int):
   )
 
 
-def draw_samples(config, params, rng, dim: int, order: int = 1) -> np.ndarray:
-  return np.asarray(_sampler_fn(_frozen(config), dim, order)(params, rng))
+def draw_samples(config, params, rng, dim: int, order: int = 1, at_t0: bool = True) -> np.ndarray:
+  """Samples of the model. QDPM's last solver step returns `x_hat(x_s, s)` at the last positive time
+  `s` of its u-grid; `at_t0` then applies the model's own `x_hat(., 0) = round` (u(0) = 0, Prop. 2).
+  The baselines' samples are their `x_hat` at `t_min`, never rounded."""
+  samples = np.asarray(_sampler_fn(_frozen(config), dim, order)(params, rng))
+  if config.model.kind == "qdpm" and at_t0:
+    return np.asarray(qd.nearest_level(jnp.asarray(samples), grid_of(config)))
+  return samples
 
 
 def evaluate(config, splits, state, rng) -> dict[str, float]:
@@ -267,6 +272,7 @@ def evaluate(config, splits, state, rng) -> dict[str, float]:
   train = bound_bits_per_dim(config, params, splits["train_eval"], rngs[1])
   null = bound_bits_per_dim(config, params, splits["test"], rngs[2], null=True)
   dim = splits["test"].shape[-1]
+  last_step = draw_samples(config, params, rngs[3], dim, at_t0=False)
   samples = draw_samples(config, params, rngs[3], dim)
   results = {
     "test_bpd": float(test.mean()),
@@ -277,6 +283,7 @@ def evaluate(config, splits, state, rng) -> dict[str, float]:
     "log2_num_levels": math.log2(grid.num_levels),
     "memorization_floor_bpd": math.log2(len(splits["train"])) / splits["test"].shape[-1],
     "on_grid_fraction": float(qd.on_grid_fraction(samples, grid)),
+    "on_grid_fraction_before_t0": float(qd.on_grid_fraction(last_step, grid)),
   }
   if config.model.kind == "qdpm":
     results["on_grid_fraction_solver2"] = float(
@@ -355,11 +362,17 @@ def validate(config: ml_collections.ConfigDict) -> None:
 
 
 def study_arms(config: ml_collections.ConfigDict):
+  """QDPM, the VDM-style discrete model and the dequantized model on the same data and backbone,
+  plus the discrete baseline at each extra truncation time in `config.study.vdm_t_mins`."""
   arms = []
   for kind in KINDS:
     arm = ml_collections.ConfigDict(config.to_dict())
     arm.model.kind = kind
     arms.append((kind, arm))
+  for t_min in config.study.vdm_t_mins:
+    arm = ml_collections.ConfigDict(config.to_dict())
+    arm.model.kind, arm.model.t_min = "vdm", t_min
+    arms.append((f"vdm_t_min={t_min:g}", arm))
   return arms
 
 
@@ -377,6 +390,7 @@ def report(config, results: Mapping[str, Mapping[str, float]]) -> Report:
       "train_bpd": r["train_bpd"],
       "null_bpd": r["null_bpd"],
       "on_grid_fraction": r["on_grid_fraction"],
+      "on_grid_fraction_before_t0": r["on_grid_fraction_before_t0"],
     }
     for kind, r in results.items()
   ]

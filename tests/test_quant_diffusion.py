@@ -39,6 +39,7 @@ def test_run_reports_every_metric_and_compiles_the_step_once(tmp_path):
   assert summary.step_traces == {"train": 1}
   assert results["null_bpd"] == pytest.approx(math.log2(17), abs=1e-4)
   assert results["on_grid_fraction"] == 1.0
+  assert 0.0 <= results["on_grid_fraction_before_t0"] <= 1.0
   assert os.path.exists(tmp_path / "samples.png")
 
 
@@ -114,6 +115,7 @@ def test_study_report_orders_the_models():
       train_bpd=b,
       null_bpd=4.09,
       on_grid_fraction=g,
+      on_grid_fraction_before_t0=0.01,
       log2_num_levels=4.09,
       memorization_floor_bpd=0.16,
     )
@@ -153,3 +155,13 @@ def test_train_py_runs_a_few_steps_and_resumes(tmp_path):
     args + ["--config.model.kidn=qdpm"], cwd=REPO, capture_output=True, text=True, timeout=300
   )
   assert bad.returncode != 0 and "kidn" in bad.stderr
+
+
+def test_input_benchmark_measures_both_arms():
+  from experiments.bench_input import measure_input_overhead
+
+  result = measure_input_overhead(tiny_config(), steps=8, blocks=2)
+  assert result["fixed_batch_s_per_step"] > 0 and result["real_data_s_per_step"] > 0
+  assert result["ratio"] == pytest.approx(
+    result["real_data_s_per_step"] / result["fixed_batch_s_per_step"]
+  )
