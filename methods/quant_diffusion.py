@@ -306,8 +306,9 @@ def sample_grid(config, state, rng, dim: int) -> dict[str, np.ndarray]:
   if config.data.name != "digits":
     return {}
   n = int(math.sqrt(len(samples)))
-  tiles = samples[: n * n].reshape(n, n, 8, 8).transpose(0, 2, 1, 3).reshape(n * 8, n * 8)
-  return {"samples": tiles / (config.data.num_levels - 1)}
+  tiles = np.pad(samples[: n * n].reshape(n, n, 8, 8), ((0, 0), (0, 0), (1, 1), (1, 1)))
+  mosaic = tiles.transpose(0, 2, 1, 3).reshape(n * 10, n * 10) / (config.data.num_levels - 1)
+  return {"samples": np.kron(mosaic, np.ones((4, 4)))}
 
 
 def phases(config: ml_collections.ConfigDict) -> list[Phase]:
