@@ -1,4 +1,4 @@
-"""Variance-exploding (VE) diffusion maths shared by the diffusion methods.
+"""Diffusion and flow maths shared by the diffusion methods: the VE process and rectified flow.
 
 Forward process `x_t = x_0 + t * eps`, `eps ~ N(0, I)`, `t in [0, inf)` (QDPM spec, Sec. 1). Time
 arrays broadcast over the trailing axes of the data: a scalar `t`, or `t` of shape `(B,)` for `x` of
@@ -11,6 +11,11 @@ shape `(B, ...)`. Denoisers are x-predictions `x_hat_fn(x_t, t) -> x_hat` with `
 - `ve_ancestral_sample`: first-order ancestral sampler over any decreasing time grid.
 - `ve_midpoint_sample`: second-order (DPM-Solver++(2S)-style) ancestral sampler over a time grid
   plus one midpoint per step; the x-prediction is linearised in the SNR `1/t^2` (derivation there).
+
+Rectified flow (Open-Sora 1.2, Wan, HunyuanVideo; BWCache spec Sec. 3): `x_t = (1 - t) x_0 + t eps`,
+`t in [0, 1]` (t = 1 is noise), velocity target `v = eps - x_0`, sampled from t = 1 to 0 with Euler.
+- `rf_interpolate`, `rf_velocity_target`, `logit_normal_time`: training pairs.
+- `rf_time_grid`, `euler_step`, `rf_euler_sample`: the sampler.
 """
 
 from collections.abc import Callable
@@ -133,3 +138,48 @@ def ve_midpoint_sample(
   keys = jax.random.split(rng, ts.shape[0] - 1)
   x, _ = jax.lax.scan(step, x_init, (ts[:-1], mid_ts, ts[1:], keys))
   return x_hat_fn(x, _per_example_time(ts[-1], x))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Rectified flow
+# ---------------------------------------------------------------------------------------------------
+
+VelocityFn = Callable[[jax.Array, jax.Array], jax.Array]
+
+
+def rf_interpolate(x0: jax.Array, eps: jax.Array, t: jax.Array) -> jax.Array:
+  """`x_t = (1 - t) x_0 + t eps` with `t` scalar or `(B,)`."""
+  t = broadcast_time(t, x0)
+  return (1.0 - t) * x0 + t * eps
+
+
+def rf_velocity_target(x0: jax.Array, eps: jax.Array) -> jax.Array:
+  """`v = d x_t / dt = eps - x_0`."""
+  return eps - x0
+
+
+def logit_normal_time(rng: jax.Array, shape: tuple[int, ...], mean: float = 0.0, std: float = 1.0) -> jax.Array:
+  """`t = sigmoid(mean + std * n)`, `n ~ N(0, 1)`: the rectified-flow training time of SD3/Open-Sora."""
+  return jax.nn.sigmoid(mean + std * jax.random.normal(rng, shape))
+
+
+def rf_time_grid(num_steps: int, shift: float = 1.0) -> jax.Array:
+  """`num_steps + 1` times from 1 to 0; `shift > 1` spends more steps at high noise (SD3's shift)."""
+  t = jnp.linspace(1.0, 0.0, num_steps + 1)
+  return shift * t / (1.0 + (shift - 1.0) * t)
+
+
+def euler_step(x: jax.Array, velocity: jax.Array, t: jax.Array, t_next: jax.Array) -> jax.Array:
+  """One Euler step of `dx/dt = v` from `t` to `t_next` (< t)."""
+  return x + (t_next - t) * velocity
+
+
+def rf_euler_sample(v_fn: VelocityFn, x_init: jax.Array, ts: jax.Array) -> jax.Array:
+  """Integrates `dx/dt = v_fn(x, t)` over the grid `ts` (1 -> 0) with Euler steps; `t` is passed as `(B,)`."""
+
+  def step(x, times):
+    t, t_next = times
+    return euler_step(x, v_fn(x, jnp.full(x.shape[:1], t)), t, t_next), None
+
+  x, _ = jax.lax.scan(step, x_init, (ts[:-1], ts[1:]))
+  return x

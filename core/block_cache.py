@@ -1,0 +1,192 @@
+"""Block-wise feature caching for diffusion transformers (BWCache) and the baselines it is compared with.
+
+BWCache ("Accelerating Video Diffusion Transformers through Block-Wise Caching", ICLR 2026, Sec. 3):
+at every computed step, the relative L1 change of each block's output against the last computed step,
+`L1_rel(h_i) = ||h_{t,i} - h_{t+1,i}||_1 / ||h_{t+1,i}||_1` (Eq. 6), is averaged over the indicator
+blocks (Eq. 7). When it falls below `delta`, the last block's output is cached and reused for the next
+`R` steps (Eq. 8) -- the whole block stack is skipped and only the final layer runs with the current
+timestep -- then the step after is computed again and the indicator re-evaluated (periodic
+recomputation). Once reuse is first triggered at step k, reuse is allowed only in the first half of the
+remaining steps; the second half is always computed (final-step protection).
+
+The sampler is one `lax.scan` over the rectified-flow Euler steps with a *scalar* `lax.cond` between
+"skip the blocks" and "compute the blocks", so skipped blocks are never executed (a batched predicate
+would turn the cond into a select and compute both). Policies (`CachePolicy.kind`):
+  "none"      every step computed (the reference), block changes recorded for ARL1 and the heat-map;
+  "bwcache"   the paper's rule above;
+  "schedule"  reuse on a fixed set of steps, no indicator (fixed-interval reuse);
+  "teacache"  TeaCache-style: accumulate the relative L1 change of block 0's timestep-modulated input
+              and reuse the cached residual `h_N - h_0` while the sum stays below a threshold (the
+              polynomial rescaling of TeaCache is left out: the identity is used).
+Choices where the paper is open: the indicator compares with the last *computed* step; it is
+re-evaluated after each recomputation (`reevaluate`); the protected tail is fixed at the first trigger;
+the decision is one scalar per batch; `reuse_mode="residual"` (cache `h_N - h_0`, add it to the fresh
+patch embedding) is offered next to the paper's `"output"`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from core import diffusion
+from kernels.block_cache import relative_l1_update
+
+KINDS = ("none", "bwcache", "schedule", "teacache")
+
+
+class BlockwiseModel(NamedTuple):
+  """A transformer split for caching; every function takes the parameters first.
+
+  embed(params, x, t) -> (h0 (B, L, D), c); run_blocks(params, h0, c) -> (h_N, all outputs (N, B, L, D));
+  head(params, h, c) -> model output shaped like x; modulation(params, h0, c) -> block 0's modulated input.
+  """
+
+  embed: Callable
+  run_blocks: Callable
+  head: Callable
+  modulation: Callable
+  depth: int
+
+
+class CachePolicy(NamedTuple):
+  """Static description of a caching rule (hashable, so it can be a jit static argument)."""
+
+  kind: str = "none"
+  delta: float = 0.15  # BWCache threshold on the mean relative L1 change (Eq. 7)
+  reuse_steps: int = 3  # R: steps reused after a trigger before recomputing
+  protect_tail: bool = True  # after the first trigger at k, no reuse in the last (T - k) / 2 steps
+  reevaluate: bool = True  # re-check the indicator after each recomputation
+  indicator_blocks: tuple[int, ...] = ()  # blocks averaged in the indicator; () = all
+  reuse_mode: str = "output"  # "output" (reuse h_N) | "residual" (reuse h_N - h_0)
+  schedule: tuple[bool, ...] = ()  # "schedule": reuse at these steps
+  teacache_threshold: float = 0.1
+
+
+def validate_policy(policy: CachePolicy, num_steps: int, depth: int) -> None:
+  """Checks the static fields; `delta`, `reuse_steps` and `teacache_threshold` may be traced arrays."""
+  if policy.kind not in KINDS:
+    raise ValueError(f"cache policy kind must be one of {KINDS}, got {policy.kind!r}")
+  if policy.reuse_mode not in ("output", "residual"):
+    raise ValueError(f"reuse_mode must be 'output' or 'residual', got {policy.reuse_mode!r}")
+  if any(not 0 <= b < depth for b in policy.indicator_blocks):
+    raise ValueError(f"indicator_blocks {policy.indicator_blocks} out of range for {depth} blocks")
+  if policy.kind == "schedule" and len(policy.schedule) != num_steps:
+    raise ValueError(f"schedule has {len(policy.schedule)} entries for {num_steps} steps")
+
+
+def fixed_interval_schedule(num_steps: int) -> tuple[bool, ...]:
+  """Reuse every other step in the middle third of the trajectory (spec Sec. 3, arm (d))."""
+  start, stop = num_steps // 3, (2 * num_steps) // 3
+  return tuple(start <= j < stop and (j - start) % 2 == 1 for j in range(num_steps))
+
+
+class _Carry(NamedTuple):
+  x: jax.Array
+  cache: jax.Array  # h_N ("output") or h_N - h_0 ("residual")
+  previous: jax.Array  # indicator blocks' outputs at the last computed step
+  has_previous: jax.Array
+  reuse_left: jax.Array
+  limit: jax.Array  # reuse allowed only at steps < limit
+  triggered: jax.Array
+  modulated: jax.Array  # TeaCache: block 0's modulated input at the previous step
+  accumulated: jax.Array  # TeaCache: accumulated relative change since the last computed step
+
+
+def _relative_l1(a: jax.Array, b: jax.Array) -> jax.Array:
+  return jnp.sum(jnp.abs(a - b)) / jnp.maximum(jnp.sum(jnp.abs(b)), 1e-12)
+
+
+def cached_rf_sample(
+  model: BlockwiseModel, params: Any, x_init: jax.Array, ts: jax.Array, policy: CachePolicy
+) -> tuple[jax.Array, dict[str, jax.Array]]:
+  """Rectified-flow Euler sampling over `ts` (1 -> 0) with the caching `policy`.
+
+  Returns the final sample and a per-step trace: `computed` (T,) bool, `indicator` (T,) (mean relative
+  L1 of the indicator blocks; NaN where not computed or no previous step), `block_change` (T, N_ind).
+  """
+  num_steps = ts.shape[0] - 1
+  validate_policy(policy, num_steps, model.depth)
+  blocks = jnp.asarray(policy.indicator_blocks or tuple(range(model.depth)))
+  residual = policy.reuse_mode == "residual" or policy.kind == "teacache"
+  schedule = jnp.asarray(policy.schedule or (False,) * num_steps)
+  h0, _ = model.embed(params, x_init, jnp.full(x_init.shape[:1], ts[0]))
+  init = _Carry(
+    x=x_init,
+    cache=jnp.zeros_like(h0),
+    previous=jnp.zeros((blocks.shape[0],) + h0.shape, h0.dtype),
+    has_previous=jnp.array(False),
+    reuse_left=jnp.array(0),
+    limit=jnp.array(num_steps),
+    triggered=jnp.array(False),
+    modulated=jnp.zeros_like(h0),
+    accumulated=jnp.array(0.0),
+  )
+
+  def step(carry: _Carry, inputs):
+    j, t, t_next = inputs
+    h0, c = model.embed(params, carry.x, jnp.full(carry.x.shape[:1], t))
+    modulated = model.modulation(params, h0, c) if policy.kind == "teacache" else carry.modulated
+    accumulated = carry.accumulated + _relative_l1(modulated, carry.modulated)
+    reuse = _reuse_decision(policy, carry, j, schedule, accumulated)
+
+    def skip(_):
+      h_n = h0 + carry.cache if residual else carry.cache
+      state = carry._replace(reuse_left=carry.reuse_left - 1, accumulated=accumulated)
+      return h_n, state, jnp.full((blocks.shape[0],), jnp.nan)
+
+    def compute(_):
+      h_n, outputs = model.run_blocks(params, h0, c)
+      change, previous = relative_l1_update(outputs[blocks], carry.previous)
+      indicator = jnp.where(carry.has_previous, jnp.mean(change), jnp.nan)
+      state = _after_compute(
+        policy, carry, j, num_steps, indicator, h_n - h0 if residual else h_n, previous
+      )
+      return h_n, state, jnp.where(carry.has_previous, change, jnp.nan)
+
+    h_n, state, change = jax.lax.cond(reuse, skip, compute, None)
+    velocity = model.head(params, h_n, c)
+    state = state._replace(
+      x=diffusion.euler_step(carry.x, velocity, t, t_next), modulated=modulated
+    )
+    trace = {"computed": ~reuse, "indicator": jnp.nanmean(change), "block_change": change}
+    return state, trace
+
+  steps = (jnp.arange(num_steps), ts[:-1], ts[1:])
+  final, trace = jax.lax.scan(step, init, steps)
+  return final.x, trace
+
+
+def _reuse_decision(policy: CachePolicy, carry: _Carry, j, schedule, accumulated) -> jax.Array:
+  if policy.kind == "bwcache":
+    return (carry.reuse_left > 0) & (j < carry.limit)
+  if policy.kind == "schedule":
+    return schedule[j] & carry.has_previous
+  if policy.kind == "teacache":
+    return carry.has_previous & (accumulated < policy.teacache_threshold)
+  return jnp.array(False)
+
+
+def _after_compute(
+  policy: CachePolicy, carry: _Carry, j, num_steps: int, indicator, cache, previous
+) -> _Carry:
+  """State after a computed step: refresh the cache; BWCache decides whether the next R steps reuse."""
+  state = carry._replace(
+    cache=cache, previous=previous, has_previous=jnp.array(True), accumulated=jnp.array(0.0)
+  )
+  if policy.kind != "bwcache":
+    return state
+  below = carry.has_previous & (indicator < policy.delta)
+  trigger = (below | (carry.triggered & (not policy.reevaluate))) & (j < carry.limit)
+  first = trigger & ~carry.triggered
+  limit = carry.limit
+  if policy.protect_tail:
+    limit = jnp.where(first, j + (num_steps - j) // 2, carry.limit)
+  return state._replace(
+    reuse_left=jnp.where(trigger, policy.reuse_steps, 0),
+    limit=limit,
+    triggered=carry.triggered | trigger,
+  )

@@ -1,0 +1,527 @@
+"""BWCache: "Accelerating Video Diffusion Transformers through Block-Wise Caching" (ICLR 2026).
+
+Claim: the per-block relative L1 change of a video DiT's block outputs between sampling steps is small
+in the middle of the trajectory; caching all block outputs when their mean change falls below delta and
+reusing them for R steps (with periodic recomputation and a protected tail) speeds sampling up with
+little loss of fidelity -- far less than taking fewer steps at the same compute.
+
+Phases:
+  train  rectified-flow training of a small video DiT (`core/nn/dit.py`) on moving-shape videos
+         (`core/data/videos.py`); the `gpu` variant instead restores a DiT checkpoint from
+         `config.model.checkpoint` (orbax, this DiT's parameter layout) and trains 0 steps.
+  cache  training-free (0 steps): samples fixed noise with the uncached Euler sampler (the reference)
+         and with every caching arm of `core/block_cache.py` -- BWCache over `config.cache.deltas` x
+         `config.cache.reuse_steps`, uniform step reduction at BWCache's number of computed steps,
+         fixed-interval reuse, a TeaCache-style indicator -- and reports fidelity against the reference
+         (PSNR/SSIM/MSE), reuse rate, block evaluations, FLOP ratio from XLA's cost analysis, measured
+         wall-clock speedup of the jitted samplers, indicator overhead, the ARL1(t) curve and the
+         step x block heat-map.
+
+The headline arm (`config.cache.delta`, `config.cache.reuse`) gives `results.json`'s `speedup_wall`,
+`speedup_flops`, `psnr_vs_uncached` and `reuse_rate`. Training is step-budgeted (not wall-time) so that
+a resumed run ends where an uninterrupted one does; the default step count fits a few CPU minutes.
+"""
+
+from __future__ import annotations
+
+import functools
+import statistics
+import time
+from collections.abc import Mapping
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+
+from core import block_cache, diffusion, image_metrics
+from core.data import videos
+from core.nn.dit import VideoDiT
+from methods.base import Method, Phase, Report, require, require_choice, require_positive_int
+
+DATA_RANGE = 2.0  # videos live in [-1, 1]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Model and training (phase "train")
+# ---------------------------------------------------------------------------------------------------
+
+
+def video_shape(config) -> tuple[int, int, int, int]:
+  d = config.data
+  return (d.frames, d.size, d.size, d.channels)
+
+
+def dit(config) -> VideoDiT:
+  m = config.model
+  return VideoDiT(
+    video_shape(config), tuple(m.patch), m.hidden, m.depth, m.heads, m.mlp_ratio, m.attention
+  )
+
+
+def blockwise(config) -> block_cache.BlockwiseModel:
+  net = dit(config)
+  return block_cache.BlockwiseModel(
+    embed=lambda p, x, t: net.apply(p, x, t, method=VideoDiT.embed),
+    run_blocks=lambda p, h, c: net.apply(p, h, c, method=VideoDiT.run_blocks),
+    head=lambda p, h, c: net.apply(p, h, c, method=VideoDiT.head),
+    modulation=lambda p, h, c: net.apply(p, h, c, method=VideoDiT.block_input_modulation),
+    depth=config.model.depth,
+  )
+
+
+def optimizer(config) -> optax.GradientTransformation:
+  warmup = min(config.optim.warmup_steps, config.steps // 2)
+  schedule = optax.warmup_cosine_decay_schedule(
+    0.0, config.optim.learning_rate, warmup, max(config.steps, 1)
+  )
+  return optax.chain(optax.clip_by_global_norm(config.optim.grad_clip), optax.adamw(schedule))
+
+
+def init_train_state(config, rng, inputs=None):
+  del inputs
+  x = jnp.zeros((1, *video_shape(config)))
+  params = dit(config).init(rng, x, jnp.zeros((1,)))
+  if config.model.checkpoint:
+    params = load_pretrained(config.model.checkpoint, params)
+  return {"params": params, "ema_params": params, "opt_state": optimizer(config).init(params)}
+
+
+def load_pretrained(path: str, like):
+  """Restores DiT parameters saved by this codebase (an orbax checkpoint of the `params` tree)."""
+  import orbax.checkpoint as ocp
+
+  abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, like)
+  return ocp.StandardCheckpointer().restore(path, abstract)
+
+
+def flow_loss(config, params, videos_batch, rng):
+  """Rectified-flow velocity regression, `t ~ logit-normal` (spec Sec. 3)."""
+  t_rng, eps_rng = jax.random.split(rng)
+  t = diffusion.logit_normal_time(t_rng, videos_batch.shape[:1])
+  eps = jax.random.normal(eps_rng, videos_batch.shape)
+  x_t = diffusion.rf_interpolate(videos_batch, eps, t)
+  v = dit(config).apply(params, x_t, t)
+  return jnp.mean(jnp.square(v - diffusion.rf_velocity_target(videos_batch, eps)))
+
+
+def train_step(config, state, batch, rng):
+  loss, grads = jax.value_and_grad(lambda p: flow_loss(config, p, batch["video"], rng))(
+    state["params"]
+  )
+  updates, opt_state = optimizer(config).update(grads, state["opt_state"], state["params"])
+  params = optax.apply_updates(state["params"], updates)
+  decay = config.optim.ema_decay
+  ema = jax.tree.map(lambda e, p: decay * e + (1 - decay) * p, state["ema_params"], params)
+  return {"params": params, "ema_params": ema, "opt_state": opt_state}, {"loss": loss}
+
+
+def validation_loss(config, state, rng) -> dict[str, float]:
+  held_out = jnp.asarray(
+    videos.video_batch(config.seed + 1, 0, config.cache.num_videos, **_video_kwargs(config))
+  )
+  losses = [
+    flow_loss(config, state["ema_params"], held_out, jax.random.fold_in(rng, i)) for i in range(4)
+  ]
+  return {"validation_flow_loss": float(np.mean(losses))}
+
+
+def _video_kwargs(config) -> dict:
+  d = config.data
+  return dict(frames=d.frames, size=d.size, channels=d.channels, max_shapes=d.max_shapes)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Samplers (phase "cache")
+# ---------------------------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=64)
+def _jitted_sampler(frozen: str, policy: block_cache.CachePolicy, num_steps: int):
+  """`(params, x_init, delta, reuse, threshold) -> (x, trace)`; the numeric knobs are traced."""
+  config = ml_collections.ConfigDict(__import__("json").loads(frozen))
+  model = blockwise(config)
+  ts = diffusion.rf_time_grid(num_steps, config.cache.time_shift)
+
+  def sample(params, x_init, delta, reuse, threshold):
+    knobs = policy._replace(delta=delta, reuse_steps=reuse, teacache_threshold=threshold)
+    return block_cache.cached_rf_sample(model, params, x_init, ts, knobs)
+
+  return jax.jit(sample)
+
+
+@functools.lru_cache(maxsize=16)
+def _jitted_plain_sampler(frozen: str, num_steps: int):
+  """The uncached sampler with no indicator at all: the wall-clock and FLOP baseline."""
+  config = ml_collections.ConfigDict(__import__("json").loads(frozen))
+  net, ts = dit(config), diffusion.rf_time_grid(num_steps, config.cache.time_shift)
+  return jax.jit(
+    lambda params, x: diffusion.rf_euler_sample(lambda x, t: net.apply(params, x, t), x, ts)
+  )
+
+
+def _frozen(config) -> str:
+  return config.to_json(sort_keys=True)
+
+
+def _timed(fn, *args, repeats: int) -> tuple[object, float]:
+  """Output of `fn(*args)` (compiled first) and its median wall time over `repeats` runs."""
+  out = jax.block_until_ready(fn(*args))
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    jax.block_until_ready(fn(*args))
+    times.append(time.perf_counter() - start)
+  return out, statistics.median(times)
+
+
+def _flops(fn, *args) -> float:
+  analysis = jax.jit(fn).lower(*args).compile().cost_analysis()
+  if isinstance(analysis, list | tuple):
+    analysis = analysis[0]
+  return float(analysis["flops"])
+
+
+def step_flops(config, params, x) -> dict[str, float]:
+  """FLOPs of one computed step, one reused step and the indicator (XLA cost analysis)."""
+  model = blockwise(config)
+  t = jnp.full(x.shape[:1], 0.5)
+
+  def computed(p, x):
+    h0, c = model.embed(p, x, t)
+    h_n, outputs = model.run_blocks(p, h0, c)
+    return x - 0.1 * model.head(p, h_n, c), outputs
+
+  def reused(p, x, cache):
+    h0, c = model.embed(p, x, t)
+    return x - 0.1 * model.head(p, cache, c)
+
+  _, outputs = jax.eval_shape(computed, params, x)
+  cache = jnp.zeros(outputs.shape[1:], outputs.dtype)
+  previous = jnp.zeros(outputs.shape, outputs.dtype)
+  from kernels.block_cache import reference
+
+  return {
+    "computed": _flops(computed, params, x),
+    "reused": _flops(reused, params, x, cache),
+    "indicator": _flops(reference.relative_l1_update, previous, previous),
+  }
+
+
+def _fidelity(x, reference) -> dict[str, float]:
+  return {
+    "psnr": float(jnp.mean(image_metrics.psnr(x, reference, DATA_RANGE))),
+    "ssim": float(jnp.mean(image_metrics.ssim(x, reference, DATA_RANGE))),
+    "mse": float(jnp.mean(image_metrics.mse(x, reference))),
+  }
+
+
+def _first_trigger_limit(computed: np.ndarray) -> int:
+  """The protected tail's start implied by the first reused step (first trigger = the step before)."""
+  reused = np.flatnonzero(~computed)
+  if reused.size == 0:
+    return len(computed)
+  k = int(reused[0]) - 1
+  return k + (len(computed) - k) // 2
+
+
+class _Arms:
+  """Runs caching arms against one reference on fixed noise and collects their metrics."""
+
+  def __init__(self, config, params, rng):
+    self.config, self.params, self.frozen = config, params, _frozen(config)
+    self.num_steps = config.cache.num_steps
+    shape = (config.cache.num_videos, *video_shape(config))
+    self.x_init = jax.random.normal(rng, shape)
+    plain = _jitted_plain_sampler(self.frozen, self.num_steps)
+    self.reference, self.reference_time = _timed(
+      plain, params, self.x_init, repeats=config.cache.timing_repeats
+    )
+    self.flops = step_flops(config, params, self.x_init)
+
+  def run(
+    self,
+    policy: block_cache.CachePolicy,
+    num_steps: int | None = None,
+    delta=0.0,
+    reuse=0,
+    threshold=0.0,
+  ):
+    steps = num_steps or self.num_steps
+    fn = _jitted_sampler(self.frozen, policy, steps)
+    args = (self.params, self.x_init, jnp.float32(delta), jnp.int32(reuse), jnp.float32(threshold))
+    (x, trace), seconds = _timed(fn, *args, repeats=self.config.cache.timing_repeats)
+    computed = np.asarray(trace["computed"])
+    n_computed, n_reused = int(computed.sum()), int((~computed).sum())
+    f = self.flops
+    cost = n_computed * (f["computed"] + f["indicator"]) + n_reused * f["reused"]
+    metrics = {
+      **_fidelity(x, self.reference),
+      "reuse_rate": n_reused / steps,
+      "computed_steps": n_computed,
+      "block_evaluations": n_computed * self.config.model.depth,
+      "speedup_flops": self.num_steps * f["computed"] / cost,
+      "speedup_wall": self.reference_time / seconds,
+    }
+    return metrics, trace
+
+
+def cache_evaluation(config, params, rng) -> tuple[dict[str, float], dict]:
+  """Every arm of the spec's Sec. 3 on the same noise; returns flat results and the traces for figures."""
+  c = config.cache
+  arms = _Arms(config, params, rng)
+  results, traces = {}, {}
+  blocks = tuple(c.indicator_blocks)
+  bw = block_cache.CachePolicy(
+    kind="bwcache",
+    protect_tail=c.protect_tail,
+    reevaluate=c.reevaluate,
+    indicator_blocks=blocks,
+    reuse_mode=c.reuse_mode,
+  )
+  headline, traces["bwcache"] = arms.run(bw, delta=c.delta, reuse=c.reuse)
+  results.update(
+    psnr_vs_uncached=headline["psnr"],
+    ssim_vs_uncached=headline["ssim"],
+    mse_vs_uncached=headline["mse"],
+    reuse_rate=headline["reuse_rate"],
+    computed_steps=headline["computed_steps"],
+    block_evaluations=headline["block_evaluations"],
+    block_evaluations_uncached=c.num_steps * config.model.depth,
+    speedup_flops=headline["speedup_flops"],
+    speedup_wall=headline["speedup_wall"],
+  )
+  computed = np.asarray(traces["bwcache"]["computed"])
+  tail = _first_trigger_limit(computed)
+  results["reuse_in_protected_tail"] = int((~computed[tail:]).sum()) if c.protect_tail else -1
+
+  reference_policy = block_cache.CachePolicy(kind="none", indicator_blocks=())
+  with_indicator, traces["uncached"] = arms.run(reference_policy)
+  results["indicator_overhead"] = 1.0 / with_indicator["speedup_wall"] - 1.0
+
+  fewer, _ = arms.run(reference_policy, num_steps=max(headline["computed_steps"], 1))
+  results.update(
+    step_reduction_psnr=fewer["psnr"],
+    step_reduction_ssim=fewer["ssim"],
+    step_reduction_steps=fewer["computed_steps"],
+  )
+  fixed = block_cache.CachePolicy(
+    kind="schedule", schedule=block_cache.fixed_interval_schedule(c.num_steps)
+  )
+  fixed_metrics, _ = arms.run(fixed)
+  results.update(
+    fixed_interval_psnr=fixed_metrics["psnr"], fixed_interval_reuse_rate=fixed_metrics["reuse_rate"]
+  )
+  tea = block_cache.CachePolicy(kind="teacache")
+  tea_metrics, traces["teacache"] = arms.run(tea, threshold=c.teacache_threshold)
+  results.update(
+    teacache_psnr=tea_metrics["psnr"],
+    teacache_reuse_rate=tea_metrics["reuse_rate"],
+    teacache_speedup_wall=tea_metrics["speedup_wall"],
+  )
+  for delta in c.deltas:
+    for reuse in c.reuse_steps:
+      grid, _ = arms.run(bw, delta=delta, reuse=reuse)
+      for name in ("psnr", "ssim", "reuse_rate", "speedup_wall", "speedup_flops", "computed_steps"):
+        results[f"grid/delta_{delta:g}/R_{reuse}/{name}"] = grid[name]
+  return results, traces
+
+
+def cache_figures(config, traces) -> dict:
+  import matplotlib
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  change = np.asarray(traces["uncached"]["block_change"])  # (T, N), NaN at step 0
+  arl1 = np.nansum(change, axis=1)
+  arl1[0] = np.nan
+  fig_curve, ax = plt.subplots(figsize=(5, 3.2))
+  ax.plot(np.arange(len(arl1)), arl1, marker="o", ms=3)
+  computed = np.asarray(traces["bwcache"]["computed"])
+  for j in np.flatnonzero(~computed):
+    ax.axvspan(j - 0.5, j + 0.5, color="C1", alpha=0.25, lw=0)
+  ax.set_xlabel("sampling step (0 = noise)")
+  ax.set_ylabel("ARL1 = sum_i L1_rel(h_i)")
+  ax.set_title("ARL1(t); shaded: steps BWCache reused")
+  fig_heat, ax = plt.subplots(figsize=(5, 3.2))
+  image = ax.imshow(change.T, aspect="auto", cmap="viridis", origin="lower")
+  ax.set_xlabel("sampling step")
+  ax.set_ylabel("block")
+  ax.set_title("L1_rel per block (uncached run)")
+  fig_heat.colorbar(image)
+  return {"arl1_curve": fig_curve, "block_change_heatmap": fig_heat}
+
+
+# ---------------------------------------------------------------------------------------------------
+# Phases, validation, study
+# ---------------------------------------------------------------------------------------------------
+
+
+def phases(config: ml_collections.ConfigDict) -> list[Phase]:
+  train = Phase(
+    name="train",
+    num_steps=config.steps,
+    init=functools.partial(init_train_state, config),
+    step=functools.partial(train_step, config),
+    data=lambda inputs: videos.VideoStream(config.seed, config.batch_size, **_video_kwargs(config)),
+    evaluate=lambda state, rng, inputs: validation_loss(config, state, rng),
+    outputs=lambda state, inputs: state["ema_params"],
+  )
+  evaluation: dict = {}
+
+  def evaluate(state, rng, inputs):
+    results, evaluation["traces"] = cache_evaluation(config, state["params"], rng)
+    return results
+
+  def artifacts(state, rng, inputs):
+    if "traces" not in evaluation:
+      _, evaluation["traces"] = cache_evaluation(config, state["params"], rng)
+    return cache_figures(config, evaluation["traces"])
+
+  cache = Phase(
+    name="cache",
+    num_steps=0,
+    init=lambda rng, inputs: {"params": inputs["train"]},
+    evaluate=evaluate,
+    artifacts=artifacts,
+  )
+  return [train, cache]
+
+
+def validate(config: ml_collections.ConfigDict) -> None:
+  for field in (
+    "data.frames",
+    "data.size",
+    "data.channels",
+    "model.hidden",
+    "model.depth",
+    "model.heads",
+  ):
+    require_positive_int(config, field)
+  require_choice(config, "model.attention", ("full", "alternating"))
+  require_choice(config, "cache.reuse_mode", ("output", "residual"))
+  f, s = config.data.frames, config.data.size
+  pt, ph, pw = config.model.patch
+  require(
+    f % pt == 0 and s % ph == 0 and s % pw == 0,
+    "model.patch",
+    f"{tuple(config.model.patch)} must divide (F, H, W) = ({f}, {s}, {s})",
+  )
+  require(config.model.hidden % config.model.heads == 0, "model.heads", "must divide model.hidden")
+  require(s >= 7, "data.size", "frames must be at least 7x7 (SSIM window)")
+  for field in ("cache.num_steps", "cache.num_videos", "cache.timing_repeats"):
+    require_positive_int(config, field)
+  require(
+    isinstance(config.cache.reuse, int) and config.cache.reuse >= 0,
+    "cache.reuse",
+    "must be an int >= 0",
+  )
+  require(
+    all(0 <= b < config.model.depth for b in config.cache.indicator_blocks),
+    "cache.indicator_blocks",
+    f"must index the {config.model.depth} blocks",
+  )
+  require(config.cache.delta >= 0, "cache.delta", "must be >= 0")
+
+
+def study_arms(config):
+  return [("bwcache", config)]
+
+
+def report(config, results: Mapping[str, Mapping[str, float]]) -> Report:
+  import matplotlib
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  r = results["bwcache"]
+  rows = []
+  for delta in config.cache.deltas:
+    for reuse in config.cache.reuse_steps:
+      key = f"grid/delta_{delta:g}/R_{reuse}"
+      rows.append(
+        {
+          "arm": "BWCache",
+          "delta": delta,
+          "R": reuse,
+          "psnr_db": r[f"{key}/psnr"],
+          "ssim": r[f"{key}/ssim"],
+          "reuse_rate": r[f"{key}/reuse_rate"],
+          "computed_steps": r[f"{key}/computed_steps"],
+          "speedup_flops": r[f"{key}/speedup_flops"],
+          "speedup_wall": r[f"{key}/speedup_wall"],
+        }
+      )
+  rows.append(
+    {
+      "arm": f"step reduction ({r['step_reduction_steps']:.0f} steps)",
+      "psnr_db": r["step_reduction_psnr"],
+      "ssim": r["step_reduction_ssim"],
+      "computed_steps": r["step_reduction_steps"],
+    }
+  )
+  rows.append(
+    {
+      "arm": "fixed-interval reuse",
+      "psnr_db": r["fixed_interval_psnr"],
+      "reuse_rate": r["fixed_interval_reuse_rate"],
+    }
+  )
+  rows.append(
+    {
+      "arm": "TeaCache-style",
+      "psnr_db": r["teacache_psnr"],
+      "reuse_rate": r["teacache_reuse_rate"],
+      "speedup_wall": r["teacache_speedup_wall"],
+    }
+  )
+  columns = (
+    "arm",
+    "delta",
+    "R",
+    "psnr_db",
+    "ssim",
+    "reuse_rate",
+    "computed_steps",
+    "speedup_flops",
+    "speedup_wall",
+  )
+  rows = [{k: row.get(k) for k in columns} for row in rows]
+  summary = {
+    k: r[k]
+    for k in (
+      "psnr_vs_uncached",
+      "reuse_rate",
+      "speedup_wall",
+      "speedup_flops",
+      "step_reduction_psnr",
+      "reuse_in_protected_tail",
+      "indicator_overhead",
+      "validation_flow_loss",
+    )
+  }
+  fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
+  for reuse in config.cache.reuse_steps:
+    keys = [f"grid/delta_{d:g}/R_{reuse}" for d in config.cache.deltas]
+    axes[0].plot(
+      config.cache.deltas, [r[f"{k}/psnr"] for k in keys], marker="o", label=f"R={reuse}"
+    )
+    axes[1].plot(
+      config.cache.deltas, [r[f"{k}/reuse_rate"] for k in keys], marker="o", label=f"R={reuse}"
+    )
+  axes[0].axhline(r["step_reduction_psnr"], color="gray", ls="--", label="step reduction")
+  axes[0].set_xlabel("delta")
+  axes[0].set_ylabel("PSNR vs uncached (dB)")
+  axes[1].set_xlabel("delta")
+  axes[1].set_ylabel("reuse rate")
+  axes[0].legend()
+  axes[1].legend()
+  fig.tight_layout()
+  return Report(rows=rows, summary=summary, figures={"psnr_and_reuse_vs_delta": fig})
+
+
+METHOD = Method(
+  name="bwcache", phases=phases, validate=validate, study_arms=study_arms, report=report
+)

@@ -1,0 +1,178 @@
+"""BWCache: the video DiT, the moving-shape data, rectified flow and the caching rules."""
+
+import json
+import math
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from configs import bwcache as bwcache_config
+from core import block_cache, diffusion
+from core.data import videos
+from core.nn.dit import VideoDiT
+from experiments import loop
+from methods import bwcache
+
+T = 12
+
+
+def tiny_config():
+  config = bwcache_config.get_config()
+  config.data.update(frames=4, size=8)
+  config.model.update(hidden=24, depth=3, heads=2, mlp_ratio=2)
+  config.batch_size = 4
+  config.steps = 2
+  config.cache.update(num_steps=T, num_videos=2, timing_repeats=1, reuse=2)
+  config.loop.update(log_every=1, checkpoint_every=2)
+  return config
+
+
+@pytest.fixture(scope="module")
+def model_and_params():
+  config = tiny_config()
+  params = bwcache.dit(config).init(jax.random.key(0), jnp.zeros((1, 4, 8, 8, 1)), jnp.zeros((1,)))
+  # make the blocks non-trivial (AdaLN-Zero starts every block as the identity)
+  params = jax.tree.map(
+    lambda p: p + 0.05 * jax.random.normal(jax.random.key(p.size), p.shape), params
+  )
+  x = jax.random.normal(jax.random.key(1), (2, 4, 8, 8, 1))
+  return config, bwcache.blockwise(config), params, x
+
+
+def _sample(model, params, x, policy):
+  ts = diffusion.rf_time_grid(T)
+  return jax.jit(lambda p, x: block_cache.cached_rf_sample(model, p, x, ts, policy))(params, x)
+
+
+def test_moving_shapes_are_deterministic_bounded_and_moving():
+  a = videos.video_batch(3, 7, 4)
+  np.testing.assert_array_equal(a, videos.video_batch(3, 7, 4))
+  assert a.shape == (4, 8, 16, 16, 1) and a.dtype == np.float32
+  assert a.min() == -1.0 and a.max() <= 1.0
+  assert np.any(a[:, 0] != a[:, -1])
+  stream = videos.VideoStream(0, 8, frames=4, size=8)
+  np.testing.assert_array_equal(
+    np.concatenate([stream.batch(2, p, 2)["video"] for p in range(2)]), stream.batch(2)["video"]
+  )
+
+
+def test_dit_shapes_patching_and_errors():
+  for attention in ("full", "alternating"):
+    net = VideoDiT((4, 8, 8, 1), (2, 4, 4), hidden=24, depth=2, heads=2, attention=attention)
+    x = jax.random.normal(jax.random.key(0), (3, 4, 8, 8, 1))
+    params = net.init(jax.random.key(1), x, jnp.zeros((3,)))
+    out = net.apply(params, x, jnp.full((3,), 0.5))
+    chex.assert_shape(out, x.shape)
+    chex.assert_type(out, jnp.float32)
+    tokens = net.apply(params, x, method=VideoDiT.patchify)
+    chex.assert_shape(tokens, (3, 2 * 2 * 2, 2 * 4 * 4))
+    np.testing.assert_array_equal(net.apply(params, tokens, method=VideoDiT.unpatchify), x)
+  with pytest.raises(ValueError, match="expected x"):
+    net.apply(params, jnp.zeros((3, 4, 8, 9, 1)), jnp.zeros((3,)))
+
+
+def test_rectified_flow_pieces():
+  x0, eps = jnp.ones((2, 3)), jnp.zeros((2, 3))
+  np.testing.assert_array_equal(diffusion.rf_interpolate(x0, eps, jnp.zeros(2)), x0)
+  np.testing.assert_array_equal(diffusion.rf_interpolate(x0, eps, jnp.ones(2)), eps)
+  ts = diffusion.rf_time_grid(7)
+  assert ts[0] == 1.0 and ts[-1] == 0.0
+  # the exact velocity field of a straight path is integrated exactly by Euler
+  out = diffusion.rf_euler_sample(lambda x, t: diffusion.rf_velocity_target(x0, eps), eps, ts)
+  np.testing.assert_allclose(out, x0, atol=1e-6)
+
+
+def test_delta_zero_is_the_uncached_sampler(model_and_params):
+  config, model, params, x = model_and_params
+  never, trace = _sample(
+    model, params, x, block_cache.CachePolicy(kind="bwcache", delta=0.0, reuse_steps=3)
+  )
+  uncached, _ = _sample(model, params, x, block_cache.CachePolicy(kind="none"))
+  assert bool(np.all(trace["computed"]))
+  # the same arithmetic in two compiled programs: equal up to float rounding of fused kernels
+  np.testing.assert_allclose(never, uncached, rtol=0, atol=1e-6)
+  net, ts = bwcache.dit(config), diffusion.rf_time_grid(T)
+  plain = diffusion.rf_euler_sample(lambda x, t: net.apply(params, x, t), x, ts)
+  np.testing.assert_allclose(never, plain, atol=1e-5)
+
+
+@pytest.mark.parametrize("reuse", [1, 2, 4])
+def test_delta_inf_follows_the_r_schedule(model_and_params, reuse):
+  _, model, params, x = model_and_params
+  policy = block_cache.CachePolicy(
+    kind="bwcache", delta=math.inf, reuse_steps=reuse, protect_tail=False
+  )
+  _, trace = _sample(model, params, x, policy)
+  expected = [j in (0, 1) or (j - 1) % (reuse + 1) == 0 for j in range(T)]
+  np.testing.assert_array_equal(trace["computed"], expected)
+
+
+@pytest.mark.parametrize("delta", [math.inf, 0.5, 0.1])
+def test_no_reuse_in_the_protected_tail(model_and_params, delta):
+  _, model, params, x = model_and_params
+  _, trace = _sample(
+    model, params, x, block_cache.CachePolicy(kind="bwcache", delta=delta, reuse_steps=2)
+  )
+  computed = np.asarray(trace["computed"])
+  reused = np.flatnonzero(~computed)
+  if reused.size:
+    first_trigger = reused[0] - 1
+    limit = first_trigger + (T - first_trigger) // 2
+    assert computed[limit:].all()
+  if delta == math.inf:
+    assert reused.size > 0 and reused[0] == 2
+
+
+def test_indicator_is_the_mean_relative_change_of_the_chosen_blocks(model_and_params):
+  _, model, params, x = model_and_params
+  _, all_blocks = _sample(model, params, x, block_cache.CachePolicy(kind="none"))
+  _, one_block = _sample(
+    model, params, x, block_cache.CachePolicy(kind="none", indicator_blocks=(1,))
+  )
+  change = np.asarray(all_blocks["block_change"])
+  assert np.isnan(change[0]).all() and np.all(change[1:] > 0)
+  np.testing.assert_allclose(one_block["block_change"][1:, 0], change[1:, 1], rtol=1e-6)
+  np.testing.assert_allclose(all_blocks["indicator"][1:], change[1:].mean(axis=1), rtol=1e-6)
+
+
+def test_schedule_and_teacache_policies(model_and_params):
+  _, model, params, x = model_and_params
+  schedule = block_cache.fixed_interval_schedule(T)
+  _, trace = _sample(model, params, x, block_cache.CachePolicy(kind="schedule", schedule=schedule))
+  np.testing.assert_array_equal(~np.asarray(trace["computed"]), schedule)
+  _, tea = _sample(
+    model, params, x, block_cache.CachePolicy(kind="teacache", teacache_threshold=1e9)
+  )
+  assert tea["computed"][0] and not np.any(tea["computed"][1:])
+  with pytest.raises(ValueError, match="schedule has 3 entries"):
+    _sample(model, params, x, block_cache.CachePolicy(kind="schedule", schedule=(True,) * 3))
+
+
+def test_smoke_run_through_the_loop(tmp_path):
+  summary = loop.run(tiny_config(), str(tmp_path))
+  results = summary.results
+  for key in (
+    "speedup_wall",
+    "speedup_flops",
+    "psnr_vs_uncached",
+    "reuse_rate",
+    "validation_flow_loss",
+  ):
+    assert math.isfinite(results[key]), key
+  assert results["reuse_in_protected_tail"] == 0
+  assert summary.step_traces == {"train": 1, "cache": 0}
+  assert (tmp_path / "arl1_curve.png").exists() and (tmp_path / "block_change_heatmap.png").exists()
+  report = bwcache.report(
+    tiny_config(), {"bwcache": json.loads((tmp_path / "results.json").read_text())}
+  )
+  assert report.rows[0]["arm"] == "BWCache" and "psnr_and_reuse_vs_delta" in report.figures
+
+
+def test_bad_fields_are_named(tmp_path):
+  config = tiny_config()
+  config.model.patch = (3, 4, 4)
+  with pytest.raises(loop.ConfigError, match="config.model.patch"):
+    loop.run(config, str(tmp_path))
