@@ -158,7 +158,9 @@ def rf_velocity_target(x0: jax.Array, eps: jax.Array) -> jax.Array:
   return eps - x0
 
 
-def logit_normal_time(rng: jax.Array, shape: tuple[int, ...], mean: float = 0.0, std: float = 1.0) -> jax.Array:
+def logit_normal_time(
+  rng: jax.Array, shape: tuple[int, ...], mean: float = 0.0, std: float = 1.0
+) -> jax.Array:
   """`t = sigmoid(mean + std * n)`, `n ~ N(0, 1)`: the rectified-flow training time of SD3/Open-Sora."""
   return jax.nn.sigmoid(mean + std * jax.random.normal(rng, shape))
 

@@ -10,6 +10,10 @@ from methods.base import ConfigError, Method
 
 _MODULES = {
   "quant_diffusion": "methods.quant_diffusion",
+  "bwcache": "methods.bwcache",
+  "fgl": "methods.fgl",
+  "dcd_ssm": "methods.dcd_ssm",
+  "kernel_ppo": "methods.kernel_ppo",
 }
 
 
