@@ -1,0 +1,190 @@
+"""Input-dependent complex-valued diagonal (DCD) state-space layers and the GRU baseline.
+
+Paper: "The Expressive Limits of Diagonal SSMs for State-Tracking" (Shakerinava, Khavari, Ravanbakhsh,
+Chandar; ICLR 2026); spec `dcd_ssm.md`. A DCD layer (spec Sec. 1) is
+
+    h_t = diag(lambda(u_t)) h_{t-1} + b(u_t),     h_t in C^{d_state},
+
+run by `kernels.ssm_scan.ssm_scan`, followed by a position-wise decoder. The eigenvalue
+parameterisations are the rows of the spec's Sec. 3 table, with `Delta(u) = softplus(W_Delta u + c)`:
+
+    "s4d"           lambda = exp(Delta * Lambda), Delta, Lambda = -exp(l) + i w learned but input-independent
+                    (S4D-Lin init): time-invariant, anywhere in the unit disc.
+    "mamba"         lambda = exp(Delta(u) * Lambda), Lambda = -exp(l) < 0: real, in (0, 1].
+    "neg_mamba"     lambda = 2 exp(Delta(u) * Lambda) - 1: real, in (-1, 1].
+    "aussm"         lambda = exp(i Delta(u) * Lambda(u)), Lambda(u) = W_Lambda u + c: the unit circle.
+    "simple_aussm"  lambda = exp(i theta(u)), theta(u) = W_theta u + c: the angle read directly from the
+                    input without the Delta gate. The paper's definition of "Simple AUSSM" was not
+                    recovered (spec Sec. 3); this is our reading, used as an ablation.
+
+Choices where the paper is open (spec Sec. 1, 3, 9):
+* `b(u) = W_b u + c_b` is complex and the same for every parameterisation, so the kinds differ only in
+  their eigenvalues, which is what the theorems are about. Mamba's own `Delta * B(u) * u` input scaling
+  is not used. `W_b` and `c_b` start at zero, so a unit-modulus scan starts on its circle (the
+  regime of the constructions); training grows `b` where it helps.
+* The initial state `h0` is a learned complex vector per layer (initialised to 1): with `b = 0` a
+  unit-modulus scan needs a non-zero start (spec Sec. 3, "AUSSM practicalities").
+* `Delta` is per state coordinate (one coordinate = one complex eigenvalue), Mamba's `dt` init
+  (log-uniform in [1e-3, 1e-1]) and S4D-real `Lambda = -(1..d)` for the Mamba kinds.
+* A `k`-layer stack gives every layer a residual copy of the input embedding (spec Sec. 9):
+  `u^1 = e`, `u^{l+1} = dec_l(h^l, u^l) + e`, logits = `Dense(u^{k+1})`. The decoder is
+  `Dense(relu(Dense([Re h, Im h, u])))`, pointwise, so only the scan carries information across time.
+* The GRU baseline replaces the scan by a GRU with `2 * d_state` real units (the real size of the
+  complex state) and keeps the same decoder and stack.
+"""
+
+from __future__ import annotations
+
+import math
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from kernels.ssm_scan import ssm_scan
+
+EIGENVALUE_KINDS = ("s4d", "mamba", "neg_mamba", "aussm", "simple_aussm")
+RECURRENCES = EIGENVALUE_KINDS + ("gru",)
+DT_MIN, DT_MAX = 1e-3, 1e-1
+UNIT_DELTA_BIAS = math.log(math.e - 1.0)  # softplus(UNIT_DELTA_BIAS) = 1: AUSSM's initial Delta
+
+
+def inverse_softplus(y):
+  """`x` with `softplus(x) = y` (y > 0)."""
+  return y + jnp.log(-jnp.expm1(-y))
+
+
+def _dt_bias_init(key, shape, dtype=jnp.float32):
+  """Mamba's `dt` bias: `softplus(bias)` log-uniform in [DT_MIN, DT_MAX]."""
+  log_dt = jax.random.uniform(key, shape, dtype, math.log(DT_MIN), math.log(DT_MAX))
+  return inverse_softplus(jnp.exp(log_dt))
+
+
+def _log_dt_init(key, shape, dtype=jnp.float32):
+  """S4D's time step: `log dt` uniform in [log DT_MIN, log DT_MAX]."""
+  return jax.random.uniform(key, shape, dtype, math.log(DT_MIN), math.log(DT_MAX))
+
+
+def _log_arange_init(key, shape, dtype=jnp.float32):
+  """`log(1..d)`: S4D-real `Lambda_n = -(n + 1)`."""
+  del key
+  return jnp.log(jnp.arange(1, shape[-1] + 1, dtype=dtype))
+
+
+def _h0_init(key, shape, dtype=jnp.float32):
+  """`h0 = 1 + 0i` as stacked (real, imaginary) planes."""
+  del key
+  return jnp.zeros(shape, dtype).at[0].set(1.0)
+
+
+class DCDLayer(nn.Module):
+  """`u [B, T, d_in] -> h [B, T, d_state]` (complex64): one DCD recurrence (spec Sec. 1, 3).
+
+  Attributes:
+    d_state: number of complex state coordinates.
+    kind: one of `EIGENVALUE_KINDS`.
+    scan_implementation: passed to `ssm_scan` ("pallas", "xla", "sequential" or None for auto).
+  """
+
+  d_state: int
+  kind: str = "aussm"
+  scan_implementation: str | None = None
+
+  def setup(self):
+    if self.kind not in EIGENVALUE_KINDS:
+      raise ValueError(f"DCDLayer.kind must be one of {EIGENVALUE_KINDS}, got {self.kind!r}")
+    d = self.d_state
+    if self.kind == "s4d":
+      self.log_dt = self.param("log_dt", _log_dt_init, (d,))
+      self.log_neg_real = self.param("log_neg_real", nn.initializers.constant(math.log(0.5)), (d,))
+      self.imag = self.param(
+        "imag", lambda k, s: jnp.pi * jnp.arange(s[0], dtype=jnp.float32), (d,)
+      )
+    if self.kind in ("mamba", "neg_mamba", "aussm"):
+      bias = _dt_bias_init if self.kind != "aussm" else nn.initializers.constant(UNIT_DELTA_BIAS)
+      self.delta = nn.Dense(d, bias_init=bias)
+    if self.kind in ("mamba", "neg_mamba"):
+      self.log_neg_lambda = self.param("log_neg_lambda", _log_arange_init, (d,))
+    if self.kind in ("aussm", "simple_aussm"):
+      self.angle = nn.Dense(d)
+    self.b_proj = nn.Dense(2 * d, kernel_init=nn.initializers.zeros)
+    self.h0 = self.param("h0", _h0_init, (2, d))
+
+  def eigenvalues(self, u: jax.Array) -> jax.Array:
+    """`lambda(u_t)`, `[B, T, d_state]` complex64 (spec Sec. 3 table)."""
+    kind = self.kind
+    if kind == "s4d":
+      rate = jnp.exp(self.log_dt) * (-jnp.exp(self.log_neg_real) + 1j * self.imag)
+      return jnp.broadcast_to(jnp.exp(rate), u.shape[:-1] + (self.d_state,)).astype(jnp.complex64)
+    if kind in ("mamba", "neg_mamba"):
+      decay = jnp.exp(-jax.nn.softplus(self.delta(u)) * jnp.exp(self.log_neg_lambda))
+      real = decay if kind == "mamba" else 2.0 * decay - 1.0
+      return real.astype(jnp.complex64)
+    theta = self.angle(u)
+    if kind == "aussm":
+      theta = jax.nn.softplus(self.delta(u)) * theta
+    return jnp.exp(1j * theta).astype(jnp.complex64)
+
+  def __call__(self, u: jax.Array) -> jax.Array:
+    if u.ndim != 3:
+      raise ValueError(f"DCDLayer expects u of shape [batch, time, features], got {u.shape}")
+    b_re, b_im = jnp.split(self.b_proj(u), 2, axis=-1)
+    b = jax.lax.complex(b_re, b_im)
+    h0 = jnp.broadcast_to(jax.lax.complex(self.h0[0], self.h0[1]), (u.shape[0], self.d_state))
+    return ssm_scan(self.eigenvalues(u), b, h0, implementation=self.scan_implementation)
+
+
+class Block(nn.Module):
+  """One layer of the stack: a recurrence, then the pointwise decoder `[features of h, u] -> d_model`."""
+
+  d_model: int
+  d_state: int
+  d_hidden: int
+  kind: str = "aussm"
+  scan_implementation: str | None = None
+
+  @nn.compact
+  def __call__(self, u: jax.Array) -> jax.Array:
+    if self.kind == "gru":
+      features = nn.RNN(nn.GRUCell(2 * self.d_state), name="recurrence")(u)
+    else:
+      h = DCDLayer(self.d_state, self.kind, self.scan_implementation, name="recurrence")(u)
+      features = jnp.concatenate([h.real, h.imag], axis=-1)
+    hidden = nn.relu(nn.Dense(self.d_hidden, name="hidden")(jnp.concatenate([features, u], -1)))
+    return nn.Dense(self.d_model, name="out")(hidden)
+
+
+class StateTracker(nn.Module):
+  """`tokens [B, T] int -> logits [B, T, num_classes]`: embedding, `num_layers` blocks, readout.
+
+  Every block reads the previous block's output plus a residual copy of the input embedding.
+  """
+
+  vocab_size: int
+  num_classes: int
+  d_model: int = 64
+  d_state: int = 32
+  d_hidden: int = 128
+  num_layers: int = 1
+  kind: str = "aussm"
+  scan_implementation: str | None = None
+
+  @nn.compact
+  def __call__(self, tokens: jax.Array) -> jax.Array:
+    if tokens.ndim != 2:
+      raise ValueError(f"StateTracker expects tokens of shape [batch, time], got {tokens.shape}")
+    if self.kind not in RECURRENCES:
+      raise ValueError(f"StateTracker.kind must be one of {RECURRENCES}, got {self.kind!r}")
+    embedding = nn.Embed(self.vocab_size, self.d_model, name="embed")(tokens)
+    u = embedding
+    for index in range(self.num_layers):
+      block = Block(
+        self.d_model,
+        self.d_state,
+        self.d_hidden,
+        self.kind,
+        self.scan_implementation,
+        name=f"layer_{index}",
+      )
+      u = block(u) + embedding
+    return nn.Dense(self.num_classes, name="readout")(u)
