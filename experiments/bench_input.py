@@ -63,9 +63,9 @@ def measure_input_overhead(config, steps: int, blocks: int = 6) -> dict[str, flo
 
 def main(argv):
   del argv
-  from experiments import logs
+  from experiments import runtime
 
-  logs.setup()
+  runtime.setup()
   result = measure_input_overhead(_CONFIG.value, _STEPS.value)
   logging.info(
     "fixed device batch %.3f ms/step, real data %.3f ms/step, ratio %.3f (input overhead %+.1f%%)",

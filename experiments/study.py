@@ -40,9 +40,9 @@ def run_study(config, workdir: str) -> dict:
 
 def main(argv):
   del argv
-  from experiments import logs, loop
+  from experiments import loop, runtime
 
-  logs.setup()
+  runtime.setup()
   config = _CONFIG.value
   workdir = _WORKDIR.value or os.path.join("runs", config.method, "study")
   try:

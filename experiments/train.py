@@ -65,9 +65,9 @@ def initialize_distributed() -> None:
 def main(argv):
   del argv
   initialize_distributed()
-  from experiments import logs, loop  # after flag parsing, so --help stays fast
+  from experiments import loop, runtime  # after flag parsing, so --help stays fast
 
-  logs.setup()
+  runtime.setup()
   config = _CONFIG.value
   workdir = _WORKDIR.value or default_workdir(config)
   signal.signal(signal.SIGTERM, lambda *_: _PREEMPTED.set())

@@ -165,15 +165,20 @@ def _frozen(config) -> str:
   return config.to_json(sort_keys=True)
 
 
-def _timed(fn, *args, repeats: int) -> tuple[object, float]:
-  """Output of `fn(*args)` (compiled first) and its median wall time over `repeats` runs."""
-  out = jax.block_until_ready(fn(*args))
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    jax.block_until_ready(fn(*args))
-    times.append(time.perf_counter() - start)
-  return out, statistics.median(times)
+def _seconds(fn, *args) -> float:
+  start = time.perf_counter()
+  jax.block_until_ready(fn(*args))
+  return time.perf_counter() - start
+
+
+def _speedup(reference, reference_args, fn, args, repeats: int) -> float:
+  """Median over `repeats` of (reference time / `fn` time), the two timed back to back each round so
+  that changes in machine load affect both alike. Both are compiled before timing."""
+  jax.block_until_ready(reference(*reference_args))
+  jax.block_until_ready(fn(*args))
+  return statistics.median(
+    _seconds(reference, *reference_args) / _seconds(fn, *args) for _ in range(repeats)
+  )
 
 
 def _flops(fn, *args) -> float:
@@ -234,10 +239,8 @@ class _Arms:
     self.num_steps = config.cache.num_steps
     shape = (config.cache.num_videos, *video_shape(config))
     self.x_init = jax.random.normal(rng, shape)
-    plain = _jitted_plain_sampler(self.frozen, self.num_steps)
-    self.reference, self.reference_time = _timed(
-      plain, params, self.x_init, repeats=config.cache.timing_repeats
-    )
+    self.plain = _jitted_plain_sampler(self.frozen, self.num_steps)
+    self.reference = self.plain(params, self.x_init)
     self.flops = step_flops(config, params, self.x_init)
 
   def run(
@@ -251,7 +254,10 @@ class _Arms:
     steps = num_steps or self.num_steps
     fn = _jitted_sampler(self.frozen, policy, steps)
     args = (self.params, self.x_init, jnp.float32(delta), jnp.int32(reuse), jnp.float32(threshold))
-    (x, trace), seconds = _timed(fn, *args, repeats=self.config.cache.timing_repeats)
+    x, trace = fn(*args)
+    speedup = _speedup(
+      self.plain, (self.params, self.x_init), fn, args, self.config.cache.timing_repeats
+    )
     computed = np.asarray(trace["computed"])
     n_computed, n_reused = int(computed.sum()), int((~computed).sum())
     f = self.flops
@@ -262,7 +268,7 @@ class _Arms:
       "computed_steps": n_computed,
       "block_evaluations": n_computed * self.config.model.depth,
       "speedup_flops": self.num_steps * f["computed"] / cost,
-      "speedup_wall": self.reference_time / seconds,
+      "speedup_wall": speedup,
     }
     return metrics, trace
 
@@ -295,6 +301,12 @@ def cache_evaluation(config, params, rng) -> tuple[dict[str, float], dict]:
   computed = np.asarray(traces["bwcache"]["computed"])
   tail = _first_trigger_limit(computed)
   results["reuse_in_protected_tail"] = int((~computed[tail:]).sum()) if c.protect_tail else -1
+
+  residual_metrics, _ = arms.run(bw._replace(reuse_mode="residual"), delta=c.delta, reuse=c.reuse)
+  results.update(
+    residual_mode_psnr=residual_metrics["psnr"],
+    residual_mode_reuse_rate=residual_metrics["reuse_rate"],
+  )
 
   reference_policy = block_cache.CachePolicy(kind="none", indicator_blocks=())
   with_indicator, traces["uncached"] = arms.run(reference_policy)
@@ -362,7 +374,7 @@ def cache_figures(config, traces) -> dict:
 def phases(config: ml_collections.ConfigDict) -> list[Phase]:
   train = Phase(
     name="train",
-    num_steps=config.steps,
+    num_steps=0 if config.model.checkpoint else config.steps,
     init=functools.partial(init_train_state, config),
     step=functools.partial(train_step, config),
     data=lambda inputs: videos.VideoStream(config.seed, config.batch_size, **_video_kwargs(config)),
