@@ -24,6 +24,7 @@ setuptools.setup(
     "scikit-learn>=1.4",  # ships the digits data of the default configs
     "matplotlib>=3.8",  # study figures and sample grids
     "tensorboardX>=2.6",  # TensorBoard event files without TensorFlow
+    "gymnax>=1.0.1,<1.1",  # jittable, vmappable CartPole/Acrobot for the RL methods
   ],
   extras_require={"test": ["pytest>=8", "scipy>=1.11"]},
 )

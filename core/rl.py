@@ -1,0 +1,364 @@
+"""Reinforcement-learning pieces shared by the RL methods: jitted gymnax environments, rollouts,
+GAE, the clipped PPO surrogate, step-size and sampling schedules, a policy/value MLP and a timer.
+
+Everything here is pure and traceable: a rollout is a `lax.scan` over environment steps with the
+environment's own auto-reset, so a whole "collect, then update" iteration can live in one jitted
+function and be `vmap`ped over seeds.
+
+Conventions: one environment per seed (the layout of single-environment reference code); a
+`Transition` holds the *true* next observation `next_obs` (gymnax's `final_observation`, taken before
+the auto-reset) so that a time-limit truncation can bootstrap from it, and `terminated` / `truncated`
+separately.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+ENVIRONMENTS = ("CartPole-v1", "Acrobot-v1")
+
+# A typical magnitude per observation coordinate, used to give isotropic kernels a per-coordinate
+# length scale: CartPole's termination thresholds (x 2.4, angle 12 degrees) and velocities seen under
+# random play; Acrobot's cos/sin coordinates and a quarter of its velocity limits (4 pi, 9 pi).
+OBS_SCALES = {
+  "CartPole-v1": (2.4, 2.0, 0.21, 2.0),
+  "Acrobot-v1": (1.0, 1.0, 1.0, 1.0, math.pi, 2.25 * math.pi),
+}
+
+
+# ---------------------------------------------------------------------------------------------------
+# Environments
+# ---------------------------------------------------------------------------------------------------
+
+
+class EnvSpec(NamedTuple):
+  name: str
+  obs_dim: int
+  num_actions: int
+  max_episode_steps: int
+
+
+def make_env(name: str):
+  """`(env, env_params, spec)` of a gymnax environment; an unknown name fails listing the known ones."""
+  if name not in ENVIRONMENTS:
+    raise ValueError(f"unknown environment {name!r}; known: {', '.join(ENVIRONMENTS)}")
+  import gymnax
+
+  env, params = gymnax.make(name)
+  spec = EnvSpec(
+    name,
+    int(env.observation_space(params).shape[0]),
+    int(env.num_actions),
+    int(params.max_steps_in_episode),
+  )
+  return env, params, spec
+
+
+class EnvCarry(NamedTuple):
+  """The environment between steps: its state, current observation and the running episode."""
+
+  env_state: Any
+  obs: jax.Array
+  episode_return: jax.Array
+  episode_length: jax.Array
+
+
+class Transition(NamedTuple):
+  """One step `(s, a, r, s')`; leading axes are whatever the rollout stacked (time, seeds, ...).
+
+  `episode_return` is the return of the episode that ended at this step (0 where `done` is False).
+  """
+
+  obs: jax.Array
+  action: jax.Array
+  reward: jax.Array
+  next_obs: jax.Array
+  terminated: jax.Array
+  truncated: jax.Array
+  episode_return: jax.Array
+  extras: dict
+
+  @property
+  def done(self) -> jax.Array:
+    return jnp.logical_or(self.terminated, self.truncated)
+
+
+def env_reset(env, env_params, rng: jax.Array) -> EnvCarry:
+  obs, env_state = env.reset(rng, env_params)
+  return EnvCarry(env_state, obs, jnp.zeros((), jnp.float32), jnp.zeros((), jnp.int32))
+
+
+def env_step(env, env_params, carry: EnvCarry, action, rng, extras=None):
+  """One step with auto-reset; returns the new carry and the transition it made."""
+  obs, env_state, reward, terminated, truncated, info = env.step(
+    rng, carry.env_state, action, env_params
+  )
+  reward = jnp.asarray(reward, jnp.float32)
+  terminated = jnp.asarray(terminated, bool)
+  truncated = jnp.asarray(truncated, bool)
+  done = jnp.logical_or(terminated, truncated)
+  episode_return = carry.episode_return + reward
+  transition = Transition(
+    obs=carry.obs,
+    action=action,
+    reward=reward,
+    next_obs=info["final_observation"],
+    terminated=terminated,
+    truncated=truncated,
+    episode_return=jnp.where(done, episode_return, 0.0),
+    extras={} if extras is None else extras,
+  )
+  carry = EnvCarry(
+    env_state,
+    obs,
+    jnp.where(done, 0.0, episode_return),
+    jnp.where(done, 0, carry.episode_length + 1),
+  )
+  return carry, transition
+
+
+ActFn = Callable[[jax.Array, jax.Array], tuple[jax.Array, dict]]
+
+
+def rollout(env, env_params, act: ActFn, carry: EnvCarry, rng: jax.Array, num_steps: int):
+  """`num_steps` steps of `act(obs, rng) -> (action, extras)` as a `lax.scan`; transitions `[T, ...]`."""
+
+  def one_step(carry, step_rng):
+    act_rng, env_rng = jax.random.split(step_rng)
+    action, extras = act(carry.obs, act_rng)
+    return env_step(env, env_params, carry, action, env_rng, extras)
+
+  return jax.lax.scan(one_step, carry, jax.random.split(rng, num_steps))
+
+
+def rollout_chunks(
+  env,
+  env_params,
+  act: ActFn,
+  carry: EnvCarry,
+  rng: jax.Array,
+  num_chunks: jax.Array,
+  chunk: int,
+  capacity: int,
+):
+  """A rollout of a traced length `num_chunks * chunk` <= `capacity` into a fixed-size buffer.
+
+  For a sample size that changes from update to update under `jit` (the growing n(k) rule): the
+  environment runs only the chunks asked for (a `fori_loop` with a traced trip count); the rest of
+  the buffer holds zeros and `valid` marks the filled rows.
+  """
+  if capacity % chunk:
+    raise ValueError(f"capacity {capacity} is not a multiple of the chunk size {chunk}")
+  abstract = jax.eval_shape(lambda c, r: rollout(env, env_params, act, c, r, chunk)[1], carry, rng)
+  buffer = jax.tree.map(lambda leaf: jnp.zeros((capacity,) + leaf.shape[1:], leaf.dtype), abstract)
+
+  def fill(index, loop_carry):
+    env_carry, buffer = loop_carry
+    env_carry, piece = rollout(
+      env, env_params, act, env_carry, jax.random.fold_in(rng, index), chunk
+    )
+    buffer = jax.tree.map(
+      lambda b, p: jax.lax.dynamic_update_slice_in_dim(b, p, index * chunk, 0), buffer, piece
+    )
+    return env_carry, buffer
+
+  carry, buffer = jax.lax.fori_loop(0, num_chunks, fill, (carry, buffer))
+  valid = jnp.arange(capacity) < num_chunks * chunk
+  return carry, buffer, valid
+
+
+def completed_episodes(transitions: Transition, valid: jax.Array | None = None):
+  """`(sum of returns, count)` of the episodes that ended in `transitions` (rows where `valid`)."""
+  done = transitions.done
+  if valid is not None:
+    done = jnp.logical_and(done, valid)
+  return jnp.sum(jnp.where(done, transitions.episode_return, 0.0)), jnp.sum(done)
+
+
+def sample_action(logits: jax.Array, rng: jax.Array) -> jax.Array:
+  return jax.random.categorical(rng, logits).astype(jnp.int32)
+
+
+def evaluation_returns(
+  env, env_params, logits_fn: Callable, rng: jax.Array, num_episodes: int, max_steps: int
+) -> jax.Array:
+  """Returns `(num_episodes,)` of fresh episodes under the stochastic policy `softmax(logits_fn(obs))`.
+
+  Runs `num_episodes` environments for `max_steps` steps and keeps each one's first episode.
+  """
+
+  def one_episode(episode_rng):
+    reset_rng, run_rng = jax.random.split(episode_rng)
+
+    def one_step(loop_carry, step_rng):
+      carry, total, alive = loop_carry
+      act_rng, env_rng = jax.random.split(step_rng)
+      action = sample_action(logits_fn(carry.obs), act_rng)
+      carry, transition = env_step(env, env_params, carry, action, env_rng)
+      total = total + jnp.where(alive, transition.reward, 0.0)
+      return (carry, total, jnp.logical_and(alive, ~transition.done)), None
+
+    start = (env_reset(env, env_params, reset_rng), jnp.zeros(()), jnp.ones((), bool))
+    (_, total, _), _ = jax.lax.scan(one_step, start, jax.random.split(run_rng, max_steps))
+    return total
+
+  return jax.vmap(one_episode)(jax.random.split(rng, num_episodes))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Networks and losses
+# ---------------------------------------------------------------------------------------------------
+
+
+class DiscreteMLP(nn.Module):
+  """`obs (..., d) -> (..., num_outputs)`: ReLU torso of `hidden` widths and one linear head.
+
+  The NPG port reads the head as logits and Q-values at once; clip-PPO uses `num_actions + 1`
+  outputs (logits, then the state value).
+  """
+
+  hidden: Sequence[int]
+  num_outputs: int
+
+  @nn.compact
+  def __call__(self, obs: jax.Array) -> jax.Array:
+    h = obs
+    for width in self.hidden:
+      h = nn.relu(nn.Dense(width)(h))
+    return nn.Dense(self.num_outputs)(h)
+
+
+def categorical_kl(logits_p: jax.Array, logits_q: jax.Array) -> jax.Array:
+  """KL(p || q) over the last axis, from logits."""
+  log_p, log_q = jax.nn.log_softmax(logits_p), jax.nn.log_softmax(logits_q)
+  return jnp.sum(jnp.exp(log_p) * (log_p - log_q), axis=-1)
+
+
+def categorical_entropy(logits: jax.Array) -> jax.Array:
+  log_p = jax.nn.log_softmax(logits)
+  return -jnp.sum(jnp.exp(log_p) * log_p, axis=-1)
+
+
+def gae(
+  rewards: jax.Array,
+  values: jax.Array,
+  next_values: jax.Array,
+  terminated: jax.Array,
+  done: jax.Array,
+  gamma: float,
+  lam: float,
+) -> tuple[jax.Array, jax.Array]:
+  """Generalised advantage estimation over time axis 0, as a reverse `lax.scan`.
+
+  `delta_t = r_t + gamma (1 - terminated_t) V(s'_t) - V(s_t)` with `V(s'_t)` at the true next state
+  (so a time-limit truncation bootstraps), and `A_t = delta_t + gamma lam (1 - done_t) A_{t+1}`: the
+  trace is cut at every episode end. Returns `(advantages, value targets = advantages + values)`.
+  """
+  if not rewards.shape == values.shape == next_values.shape == terminated.shape == done.shape:
+    raise ValueError(
+      "gae: rewards, values, next_values, terminated, done must share a shape, got "
+      f"{[x.shape for x in (rewards, values, next_values, terminated, done)]}"
+    )
+  not_terminated = 1.0 - terminated.astype(rewards.dtype)
+  continues = 1.0 - done.astype(rewards.dtype)
+  deltas = rewards + gamma * not_terminated * next_values - values
+
+  def backward(advantage, inputs):
+    delta, cont = inputs
+    advantage = delta + gamma * lam * cont * advantage
+    return advantage, advantage
+
+  _, advantages = jax.lax.scan(
+    backward, jnp.zeros_like(deltas[0]), (deltas, continues), reverse=True
+  )
+  return advantages, advantages + values
+
+
+def ppo_clip_loss(
+  logits: jax.Array,
+  old_log_probs: jax.Array,
+  actions: jax.Array,
+  advantages: jax.Array,
+  clip: float,
+) -> jax.Array:
+  """The clipped surrogate `-E[min(rho A, clip(rho, 1-eps, 1+eps) A)]` (Schulman et al. 2017)."""
+  log_probs = jnp.take_along_axis(jax.nn.log_softmax(logits), actions[..., None], -1)[..., 0]
+  ratio = jnp.exp(log_probs - old_log_probs)
+  clipped = jnp.clip(ratio, 1.0 - clip, 1.0 + clip)
+  return -jnp.mean(jnp.minimum(ratio * advantages, clipped * advantages))
+
+
+def minibatches(num_rows: int, minibatch_size: int, rng: jax.Array | None) -> jax.Array:
+  """Row indices `(num_minibatches, minibatch_size)`: in order (rng None) or a random permutation."""
+  if num_rows % minibatch_size:
+    raise ValueError(f"{num_rows} rows do not split into minibatches of {minibatch_size}")
+  order = jnp.arange(num_rows) if rng is None else jax.random.permutation(rng, num_rows)
+  return order.reshape(num_rows // minibatch_size, minibatch_size)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Schedules
+# ---------------------------------------------------------------------------------------------------
+
+
+def npg_step_size(k: jax.Array, power: float, first: float | None = None) -> jax.Array:
+  """The NPG step size Delta_k = k^power for updates k = 1, 2, ... (Cor. 14 uses power = -1/2).
+
+  With `first`, the released code's convention: Delta_1 = first, Delta_k = (k - 1)^power after.
+  """
+  k = jnp.asarray(k, jnp.float32)
+  if first is None:
+    return k**power
+  return jnp.where(k <= 1, first, jnp.maximum(k - 1.0, 1.0) ** power)
+
+
+def sample_size(k: jax.Array, base: int, growth: float, maximum: int, chunk: int) -> jax.Array:
+  """The sampling rule n(k) = min(base * k^growth, maximum), rounded up to whole chunks.
+
+  `growth = 0` keeps n fixed at `base`; `growth = 1` is the Gaussian-kernel reading of Cor. 14
+  (n(k) proportional to k up to logs).
+  """
+  n = jnp.minimum(base * jnp.asarray(k, jnp.float32) ** growth, maximum)
+  return jnp.minimum(jnp.ceil(n / chunk), maximum // chunk).astype(jnp.int32) * chunk
+
+
+def sample_sizes(num_updates: int, base: int, growth: float, maximum: int, chunk: int) -> list[int]:
+  """n(1), ..., n(num_updates) as Python ints (for budgets and static buffer sizes)."""
+  ks = jnp.arange(1, num_updates + 1)
+  return [int(n) for n in sample_size(ks, base, growth, maximum, chunk)]
+
+
+def updates_within(budget: int, base: int, growth: float, maximum: int, chunk: int) -> int:
+  """The number of updates K whose samples n(1) + ... + n(K) fit in `budget` environment steps."""
+  most = max(budget // chunk, 1)
+  spent = jnp.cumsum(sample_size(jnp.arange(1, most + 1), base, growth, maximum, chunk))
+  return int(jnp.sum(spent <= budget))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Throughput
+# ---------------------------------------------------------------------------------------------------
+
+
+def best_seconds(calls: Sequence[tuple[Callable, tuple]], repeats: int) -> list[float]:
+  """The fastest of `repeats` timed runs of each `fn(*args)` in `calls`, compile excluded.
+
+  Each function is compiled ahead of time (not timed); the timed runs interleave the functions
+  (a, b, a, b, ...) so that drifting load from other processes on a shared CPU hits them alike.
+  The minimum, not the mean: other processes only ever add time.
+  """
+  compiled = [(jax.jit(fn).lower(*args).compile(), args) for fn, args in calls]
+  best = [math.inf] * len(compiled)
+  for _ in range(repeats):
+    for index, (fn, args) in enumerate(compiled):
+      start = time.perf_counter()
+      jax.block_until_ready(fn(*args))
+      best[index] = min(best[index], time.perf_counter() - start)
+  return best
