@@ -377,7 +377,9 @@ def phases(config: ml_collections.ConfigDict) -> list[Phase]:
     num_steps=0 if config.model.checkpoint else config.steps,
     init=functools.partial(init_train_state, config),
     step=functools.partial(train_step, config),
-    data=lambda inputs: videos.VideoStream(config.seed, config.batch_size, **_video_kwargs(config)),
+    data=lambda inputs: videos.video_stream(
+      config.seed, config.batch_size, **_video_kwargs(config)
+    ),
     evaluate=lambda state, rng, inputs: validation_loss(config, state, rng),
     outputs=lambda state, inputs: state["ema_params"],
   )

@@ -246,7 +246,7 @@ def phases(config: ml_collections.ConfigDict) -> list[Phase]:
       num_steps=0 if config.evaluate_only else config.steps,
       init=functools.partial(init_state, config, model, group),
       step=functools.partial(train_step, config, model),
-      data=lambda inputs: groups_lib.TrackingBatches(
+      data=lambda inputs: groups_lib.tracking_batches(
         group, config.data.train_length, config.batch_size, config.seed
       ),
       evaluate=lambda state, rng, inputs: evaluate(config, state),

@@ -53,7 +53,7 @@ def test_moving_shapes_are_deterministic_bounded_and_moving():
   assert a.shape == (4, 8, 16, 16, 1) and a.dtype == np.float32
   assert a.min() == -1.0 and a.max() <= 1.0
   assert np.any(a[:, 0] != a[:, -1])
-  stream = videos.VideoStream(0, 8, frames=4, size=8)
+  stream = videos.video_stream(0, 8, frames=4, size=8)
   np.testing.assert_array_equal(
     np.concatenate([stream.batch(2, p, 2)["video"] for p in range(2)]), stream.batch(2)["video"]
   )

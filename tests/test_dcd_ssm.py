@@ -83,7 +83,7 @@ def test_prefix_products_follow_the_right_multiplication_order():
 
 
 def test_batches_are_pure_functions_of_seed_and_step_and_split_over_processes():
-  source = groups.TrackingBatches(groups.by_name("A4"), length=20, global_batch_size=8, seed=3)
+  source = groups.tracking_batches(groups.by_name("A4"), length=20, global_batch_size=8, seed=3)
   first, again, other = source.batch(5), source.batch(5), source.batch(6)
   np.testing.assert_array_equal(first["x"], again["x"])
   assert not np.array_equal(first["x"], other["x"])

@@ -57,13 +57,33 @@ class IndexedBatches:
   def batch(
     self, step: int, process_index: int = 0, process_count: int = 1
   ) -> dict[str, np.ndarray]:
-    if self.global_batch_size % process_count:
-      raise ValueError(
-        f"batch size {self.global_batch_size} is not divisible by {process_count} processes"
-      )
-    local = self.global_batch_size // process_count
-    indices = self.indices(step)[process_index * local : (process_index + 1) * local]
-    return self.gather(indices)
+    rows = process_rows(self.global_batch_size, process_index, process_count)
+    return self.gather(self.indices(step)[rows])
+
+
+def process_rows(global_batch_size: int, process_index: int, process_count: int) -> slice:
+  """The contiguous rows of a global batch that process `process_index` of `process_count` feeds."""
+  if global_batch_size % process_count:
+    raise ValueError(
+      f"batch size {global_batch_size} is not divisible by {process_count} processes"
+    )
+  local = global_batch_size // process_count
+  return slice(process_index * local, (process_index + 1) * local)
+
+
+@dataclasses.dataclass(frozen=True)
+class GeneratedBatches:
+  """A data source for generated data: `generate(step)` makes the whole global batch of `step` (a pure
+  function of the step), and each process keeps its rows."""
+
+  generate: Callable[[int], dict[str, np.ndarray]]
+  global_batch_size: int
+
+  def batch(
+    self, step: int, process_index: int = 0, process_count: int = 1
+  ) -> dict[str, np.ndarray]:
+    rows = process_rows(self.global_batch_size, process_index, process_count)
+    return {name: value[rows] for name, value in self.generate(step).items()}
 
 
 def from_arrays(

@@ -30,6 +30,8 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from core.data.batching import GeneratedBatches
+
 Subgroup = frozenset
 
 
@@ -411,23 +413,14 @@ def evaluation_set(group: FiniteGroup, length: int, num: int, seed: int) -> dict
   return sample_sequences(group, np.random.default_rng([seed, 1, length]), num, length)
 
 
-@dataclasses.dataclass(frozen=True)
-class TrackingBatches:
+def tracking_batches(
+  group: FiniteGroup, length: int, global_batch_size: int, seed: int
+) -> GeneratedBatches:
   """Training batches of fixed-length sequences; the batch of step `s` is a function of (seed, s)."""
 
-  group: FiniteGroup
-  length: int
-  global_batch_size: int
-  seed: int
+  def generate(step: int) -> dict[str, np.ndarray]:
+    return sample_sequences(
+      group, np.random.default_rng([seed, 0, step]), global_batch_size, length
+    )
 
-  def batch(
-    self, step: int, process_index: int = 0, process_count: int = 1
-  ) -> dict[str, np.ndarray]:
-    if self.global_batch_size % process_count:
-      raise ValueError(
-        f"batch size {self.global_batch_size} is not divisible by {process_count} processes"
-      )
-    rng = np.random.default_rng([self.seed, 0, step])
-    data = sample_sequences(self.group, rng, self.global_batch_size, self.length)
-    local = self.global_batch_size // process_count
-    return {k: v[process_index * local : (process_index + 1) * local] for k, v in data.items()}
+  return GeneratedBatches(generate, global_batch_size)

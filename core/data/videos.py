@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from core.data.batching import GeneratedBatches
+
 SHAPES = ("square", "disk", "cross")
 
 
@@ -63,19 +65,8 @@ def video_batch(
   return np.stack([moving_shapes_video(rng, frames, size, channels, max_shapes) for _ in range(n)])
 
 
-class VideoStream:
+def video_stream(seed: int, global_batch_size: int, **video) -> GeneratedBatches:
   """A `DataSource`: the global batch of step `s` is `video_batch(seed, s, global_batch_size)`."""
-
-  def __init__(self, seed: int, global_batch_size: int, **video):
-    self.seed, self.global_batch_size, self.video = seed, global_batch_size, video
-
-  def batch(
-    self, step: int, process_index: int = 0, process_count: int = 1
-  ) -> dict[str, np.ndarray]:
-    if self.global_batch_size % process_count:
-      raise ValueError(
-        f"batch size {self.global_batch_size} is not divisible by {process_count} processes"
-      )
-    local = self.global_batch_size // process_count
-    videos = video_batch(self.seed, step, self.global_batch_size, **self.video)
-    return {"video": videos[process_index * local : (process_index + 1) * local]}
+  return GeneratedBatches(
+    lambda step: {"video": video_batch(seed, step, global_batch_size, **video)}, global_batch_size
+  )
