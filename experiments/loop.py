@@ -404,3 +404,5 @@ def _write_artifact(workdir: str, stem: str, artifact) -> None:
 
 
 CheckpointError = checkpoints_lib.CheckpointError
+# What a launcher reports as one line (`error: ...`) instead of a traceback: bad input, not bugs.
+RUN_ERRORS = (ConfigError, NonFiniteLossError, BadBatchError, CheckpointError)

@@ -47,12 +47,7 @@ def main(argv):
   workdir = _WORKDIR.value or os.path.join("runs", config.method, "study")
   try:
     payload = run_study(config, workdir)
-  except (
-    loop.ConfigError,
-    loop.NonFiniteLossError,
-    loop.BadBatchError,
-    loop.CheckpointError,
-  ) as error:
+  except loop.RUN_ERRORS as error:
     sys.exit(f"error: {error}")
   logging.info("study summary: %s", payload["summary"])
 

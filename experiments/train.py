@@ -76,12 +76,7 @@ def main(argv):
   except loop.Interrupted as stop:
     logging.info("%s", stop)
     return 0
-  except (
-    loop.ConfigError,
-    loop.NonFiniteLossError,
-    loop.BadBatchError,
-    loop.CheckpointError,
-  ) as error:
+  except loop.RUN_ERRORS as error:
     sys.exit(f"error: {error}")
   logging.info("results in %s: %s", os.path.join(workdir, "results.json"), summary.results)
   return 0

@@ -14,6 +14,7 @@ _MODULES = {
   "fgl": "methods.fgl",
   "dcd_ssm": "methods.dcd_ssm",
   "kernel_ppo": "methods.kernel_ppo",
+  "w2s": "methods.w2s",
 }
 
 

@@ -43,3 +43,28 @@ class TimeConditionedMLP(nn.Module):
       h = nn.Dense(self.width)(nn.silu(h + embedding))
     h = nn.silu(h + embedding)
     return nn.Dense(x.shape[-1], kernel_init=nn.initializers.zeros)(h)
+
+
+class MLP(nn.Module):
+  """`x (B, D) -> logits (B, num_outputs)`: ReLU layers of widths `hidden`, then a linear read-out.
+
+  `features(x)` is the last hidden layer (the input itself when `hidden` is empty), so a trained MLP
+  doubles as a frozen backbone and `MLP(hidden=(), ...)` is a linear (softmax-regression) head.
+  """
+
+  hidden: tuple[int, ...]
+  num_outputs: int
+
+  def setup(self):
+    self.layers = [nn.Dense(width) for width in self.hidden]
+    self.readout = nn.Dense(self.num_outputs)
+
+  def features(self, x: jnp.ndarray) -> jnp.ndarray:
+    if x.ndim != 2:
+      raise ValueError(f"expected x (B, D), got shape {x.shape}")
+    for layer in self.layers:
+      x = nn.relu(layer(x))
+    return x
+
+  def __call__(self, x: jnp.ndarray) -> jnp.ndarray:
+    return self.readout(self.features(x))
