@@ -1,0 +1,218 @@
+"""Graph neural network modules (flax linen) over `core.graph` edge lists: baselines and FGL parts.
+
+Every module takes node features [n, d] and edge arrays and returns logits [n, C]; `deterministic`
+turns dropout off. Edge lists are directed (both directions of each edge), see `core.graph`.
+
+* `MLP`, `GCN` (Kipf and Welling, A-hat propagation), `GAT` (Velickovic et al., multi-head):
+  baselines, and the non-attention auxiliary model (NAAM, spec Sec. 2.1) is an `MLP` or a `GCN`.
+* `AttentionEstimator` (spec Sec. 2.2, Eq. 3): one head of local Q/K/V attention over the
+  augmented graph; logits come from the attended neighbours only, so classifying a node forces the
+  attention onto neighbours of its class. Returns the per-edge attention alongside.
+* `LocalModule` (Eq. 9): K^L steps of the blend beta_a A_alpha + beta_g A-hat + beta_i I.
+* `TreeFuser` (Eq. 7-8 and the fusion of Sec. 2.5): per tree the W_A^dist aggregation of H through
+  the kernel, RowNorm, mean over the N_T trees.
+* `FGLStudent` (Eq. 10-11): H = ReLU(X W_B); RowNorm(local) + gamma * global; logits = W_H(.).
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from core import graph
+
+
+class MLP(nn.Module):
+  """`num_layers` dense layers with ReLU and dropout."""
+
+  hidden: int
+  num_classes: int
+  num_layers: int = 2
+  dropout: float = 0.5
+
+  @nn.compact
+  def __call__(self, x, deterministic: bool = True):
+    for _ in range(self.num_layers - 1):
+      x = nn.Dropout(self.dropout, deterministic=deterministic)(x)
+      x = nn.relu(nn.Dense(self.hidden)(x))
+    x = nn.Dropout(self.dropout, deterministic=deterministic)(x)
+    return nn.Dense(self.num_classes)(x)
+
+
+class GCN(nn.Module):
+  """`num_layers` GCN layers H <- A-hat H W (self loops, symmetric normalisation)."""
+
+  hidden: int
+  num_classes: int
+  num_layers: int = 2
+  dropout: float = 0.5
+
+  @nn.compact
+  def __call__(self, x, senders, receivers, deterministic: bool = True):
+    n = x.shape[0]
+    loop_senders, loop_receivers, weights = graph.gcn_norm_edges(senders, receivers, n)
+    for layer in range(self.num_layers):
+      width = self.num_classes if layer == self.num_layers - 1 else self.hidden
+      x = nn.Dropout(self.dropout, deterministic=deterministic)(x)
+      x = graph.propagate(nn.Dense(width)(x), loop_senders, loop_receivers, weights, n)
+      if layer < self.num_layers - 1:
+        x = nn.relu(x)
+    return x
+
+
+class GATLayer(nn.Module):
+  """One multi-head graph attention layer (self loops included); heads concatenated or averaged."""
+
+  features: int
+  heads: int
+  concat: bool = True
+  dropout: float = 0.5
+
+  @nn.compact
+  def __call__(self, x, senders, receivers, deterministic: bool = True):
+    n = x.shape[0]
+    loops = jnp.arange(n, dtype=senders.dtype)
+    senders, receivers = jnp.concatenate([senders, loops]), jnp.concatenate([receivers, loops])
+    z = nn.Dense(self.heads * self.features, use_bias=False)(x).reshape(n, self.heads, -1)
+    source = self.param(
+      "attention_source", nn.initializers.glorot_uniform(), (self.heads, self.features)
+    )
+    target = self.param(
+      "attention_target", nn.initializers.glorot_uniform(), (self.heads, self.features)
+    )
+    logits = nn.leaky_relu(
+      (z * source).sum(-1)[senders] + (z * target).sum(-1)[receivers], negative_slope=0.2
+    )
+    attention = graph.segment_softmax(logits, receivers, n)
+    attention = nn.Dropout(self.dropout, deterministic=deterministic)(attention)
+    out = jax.ops.segment_sum(attention[..., None] * z[senders], receivers, num_segments=n)
+    out = out.reshape(n, -1) if self.concat else out.mean(axis=1)
+    return out + self.param("bias", nn.initializers.zeros, (out.shape[-1],))
+
+
+class GAT(nn.Module):
+  """GAT: hidden layers of `heads` x (hidden // heads) concatenated heads with ELU, one-head output."""
+
+  hidden: int
+  num_classes: int
+  num_layers: int = 2
+  heads: int = 8
+  dropout: float = 0.5
+
+  @nn.compact
+  def __call__(self, x, senders, receivers, deterministic: bool = True):
+    for _ in range(self.num_layers - 1):
+      x = nn.Dropout(self.dropout, deterministic=deterministic)(x)
+      layer = GATLayer(self.hidden // self.heads, self.heads, dropout=self.dropout)
+      x = nn.elu(layer(x, senders, receivers, deterministic))
+    x = nn.Dropout(self.dropout, deterministic=deterministic)(x)
+    out = GATLayer(self.num_classes, 1, concat=False, dropout=self.dropout)
+    return out(x, senders, receivers, deterministic)
+
+
+class AttentionEstimator(nn.Module):
+  """Local Q/K/V attention over the augmented graph (Eq. 3); returns (logits, attention [E]).
+
+  attention[e] = softmax over the receiver's incoming edges of <q_receiver, k_sender> / sqrt(d),
+  i.e. alpha_{receiver -> sender} in the paper's notation; logits = W_o sum_e attention[e] v_sender.
+  """
+
+  hidden: int
+  num_classes: int
+  dropout: float = 0.5
+
+  @nn.compact
+  def __call__(self, x, senders, receivers, deterministic: bool = True):
+    n = x.shape[0]
+    x = nn.Dropout(self.dropout, deterministic=deterministic)(x)
+    h = nn.relu(nn.Dense(self.hidden)(x))
+    q, k, v = (nn.Dense(self.hidden, name=name)(h) for name in ("query", "key", "value"))
+    logits = (q[receivers] * k[senders]).sum(-1) / np.sqrt(self.hidden)
+    attention = graph.segment_softmax(logits, receivers, n)
+    z = graph.propagate(v, senders, receivers, attention, n)
+    z = nn.Dropout(self.dropout, deterministic=deterministic)(nn.relu(z))
+    return nn.Dense(self.num_classes)(z), attention
+
+
+class LocalModule(nn.Module):
+  """Eq. 9: `steps` applications of beta_a A_alpha + beta_g A-hat + beta_i I (betas: softmax)."""
+
+  steps: int
+  beta_init: tuple[float, float, float]  # (attention, normalised adjacency, identity)
+
+  @nn.compact
+  def __call__(self, h, senders, receivers, attention):
+    n = h.shape[0]
+    init = lambda *_: jnp.log(jnp.asarray(self.beta_init, jnp.float32))
+    beta = jax.nn.softmax(self.param("beta_logits", init, (3,)))
+    gcn_senders, gcn_receivers, gcn_weights = graph.gcn_norm_edges(senders, receivers, n)
+    for _ in range(self.steps):
+      h = (
+        beta[0] * graph.propagate(h, senders, receivers, attention, n)
+        + beta[1] * graph.propagate(h, gcn_senders, gcn_receivers, gcn_weights, n)
+        + beta[2] * h
+      )
+    return h
+
+
+class TreeFuser(nn.Module):
+  """Global part: mean over trees of RowNorm(W_A^dist aggregation of H) (Eq. 7-8, Sec. 2.5).
+
+  `w_a = "diagonal"`: W_A = diag(tanh theta), one decay per channel (the spec's "pre-multiply if
+  W_A is diagonal"); `"symmetric"`: W_A = U diag(tanh theta) U^T with U orthogonal by the Cayley
+  map. Both keep ||W_A||_2 < 1.
+  """
+
+  eigenvalue_init: float = 0.9
+  w_a: str = "diagonal"
+  implementation: str | None = None
+
+  @nn.compact
+  def __call__(self, h, parents, weight_up, weight_down):
+    d = h.shape[1]
+    theta = self.param(
+      "w_a_theta", nn.initializers.constant(np.arctanh(self.eigenvalue_init)), (d,)
+    )
+    basis = None
+    if self.w_a == "symmetric":
+      basis = graph.orthogonal_from_skew(self.param("w_a_skew", nn.initializers.zeros, (d, d)))
+
+    def one_tree(parent, up, down):
+      out = graph.tree_aggregate_matrix(
+        h, parent, up, down, jnp.tanh(theta), basis, implementation=self.implementation
+      )
+      return graph.row_norm(out)
+
+    return jax.vmap(one_tree)(parents, weight_up, weight_down).mean(axis=0)
+
+
+class FGLStudent(nn.Module):
+  """FGL: H = ReLU(X W_B); logits = W_H(RowNorm(local(H)) + gamma * TreeFuser(H)) (Eq. 7-11)."""
+
+  hidden: int
+  num_classes: int
+  local_steps: int = 2
+  beta_init: tuple[float, float, float] = (0.4, 0.4, 0.2)
+  fusion_init: float = 1.0
+  eigenvalue_init: float = 0.9
+  w_a: str = "diagonal"
+  dropout: float = 0.5
+  use_global: bool = True
+  implementation: str | None = None
+
+  @nn.compact
+  def __call__(self, x, senders, receivers, attention, trees, deterministic: bool = True):
+    x = nn.Dropout(self.dropout, deterministic=deterministic)(x)
+    h = nn.relu(nn.Dense(self.hidden, name="w_b")(x))
+    h = nn.Dropout(self.dropout, deterministic=deterministic)(h)
+    fused = graph.row_norm(
+      LocalModule(self.local_steps, self.beta_init)(h, senders, receivers, attention)
+    )
+    if self.use_global:
+      fuser = TreeFuser(self.eigenvalue_init, self.w_a, self.implementation)
+      gamma = self.param("gamma", nn.initializers.constant(self.fusion_init), ())
+      fused = fused + gamma * fuser(h, trees["parent"], trees["weight_up"], trees["weight_down"])
+    fused = nn.Dropout(self.dropout, deterministic=deterministic)(fused)
+    return nn.Dense(self.num_classes, name="w_h")(fused)
