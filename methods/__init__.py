@@ -15,6 +15,7 @@ _MODULES = {
   "dcd_ssm": "methods.dcd_ssm",
   "kernel_ppo": "methods.kernel_ppo",
   "w2s": "methods.w2s",
+  "frontdoor": "methods.frontdoor",
 }
 
 
