@@ -1,0 +1,181 @@
+r"""W2S: "Does Weak-to-Strong Generalization Happen under Spurious Correlations?" (ICLR 2026).
+
+arXiv 2509.24005.
+
+Claim: W2S always helps when the unlabelled minority fraction eta_u equals the labelled one eta_l, its
+gain falls as (eta_u - eta_l)^2 grows and can turn negative, and retraining the student on its own
+low-entropy subset with generalised cross-entropy (Enhanced-W2S) helps most in the mismatched settings.
+Spec `w2s_spurious.md`; method `methods/w2s.py`.
+
+Variants:
+  default     E2 (spec Sec. 5): Gaussian classification with a spurious attribute, mismatched
+              (eta_l, eta_u) = (0.5, 0.05), 10 seeds vmapped; teacher -> pseudolabels -> W2S student ->
+              Enhanced-W2S over a 4 x 4 (p, q) grid. About a minute on 2 CPU cores.
+  regression  E1 (spec Sec. 2, 5): the whole theory-vs-simulation grid in one run (closed-form phases).
+  digits      the image variant: scikit-learn digits 5-9 (label = odd) with an injected stripe, a small
+              MLP teacher on pixels, a backbone pre-trained here on digits 0-4, head fine-tuning.
+  study       E1 + E2 + digits over (eta_l, eta_u) in {(0.5, 0.05), (0.05, 0.5), (0.05, 0.05), (0.5, 0.5)};
+              writes the gain-vs-shift, simulated-vs-predicted and failure-region figures and the
+              teacher / W2S / Enhanced-W2S table. About 10 minutes on 2 CPU cores.
+  gpu         the paper's benchmark setting through tfds: CelebA (label Blond_Hair, spurious Male) read
+              from a prepared --config.tfds.data_dir (never downloaded); a Waterbirds-style builder
+              works with --config.tfds.name=<builder> --config.tfds.label_key=label
+              --config.tfds.attribute_key=place. MLP backbones on 64x64 images, one GPU.
+
+  python experiments/train.py --config=configs/w2s.py --workdir=runs/w2s
+  python experiments/train.py --config=configs/w2s.py:regression --workdir=runs/w2s_e1
+  python experiments/study.py --config=configs/w2s.py:study --workdir=/tmp/w2s_study
+"""
+
+import ml_collections
+import numpy as np
+
+from configs import common
+
+VARIANTS = ("default", "regression", "digits", "study", "gpu")
+
+
+def _regression(config: ml_collections.ConfigDict) -> None:
+  """E1 of spec Sec. 5: d_z = 64, p = 8, p_T = 5, p_S = 3, n = 3200, N = 9600."""
+  r = config.regression = ml_collections.ConfigDict()
+  r.d_z = 64  # core dimension
+  r.group_dim = 8  # p, dimension of the group feature xi
+  r.teacher_group_dim = 5  # p_T (d_T = p_T d_z = 320)
+  r.student_group_dim = 3  # p_S (d_S = 192)
+  r.sigma_y = 1.0  # label noise
+  r.sigma_xi = 1.0  # within-group spread of xi
+  r.separations = (2.0, 8.0, 64.0)  # s = ||mu||^2 / sigma_xi^2
+  r.similarities = (0.0, 1.0, 2.0)  # ||Xi||_F^2 = ||T^T S||_F^2 in [0, p_S - 1]
+  r.eta_labelled = (0.02, 0.1, 0.3, 0.5)
+  # linspace(0, 0.5, 11) plus 0.02, so that every eta_l has its matched eta_u
+  r.eta_unlabelled = tuple(sorted({*np.round(np.linspace(0, 0.5, 11), 6).tolist(), 0.02}))
+  r.num_labelled = 3200  # n (d_T / n = 0.1)
+  r.num_unlabelled = 9600  # N
+
+
+def _classification(config: ml_collections.ConfigDict) -> None:
+  """E2 of spec Sec. 5 (Gaussian blocks; weak = random 6-dim projection, core amplitude x0.3)."""
+  c = config.classification = ml_collections.ConfigDict()
+  c.core_dim = 16
+  c.spurious_dim = 8
+  c.noise_dim = 16
+  c.core_norm = 4.0  # ||mu_c||
+  c.spurious_norm = 2.0  # ||mu_s||
+  c.weak_dim = 6  # teacher's random projection
+  c.weak_core_scale = 0.3  # core amplitude kept by the teacher's view
+  c.strong_spurious_dim = 4  # the student sees half the spurious block
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+  variant = common.parse_variant(arg, VARIANTS)
+  config = ml_collections.ConfigDict()
+  config.method = "w2s"
+  config.variant = variant
+  config.task = "classification"  # regression (E1) | classification (E2) | digits | tfds
+  config.seed = 0
+  config.num_seeds = 10  # independent replicates, one vmapped axis
+
+  _regression(config)
+  _classification(config)
+
+  config.groups = ml_collections.ConfigDict()
+  config.groups.eta_labelled = 0.5  # eta_l, minority fraction of the teacher's labelled set
+  config.groups.eta_unlabelled = 0.05  # eta_u, of the unlabelled (and held-out) set
+  config.groups.num_labelled = 200  # n
+  config.groups.num_unlabelled = 5000  # N
+  config.groups.num_heldout = 1000  # pseudolabelled held-out split for choosing (p, q)
+  config.groups.num_test = (
+    4000  # group-balanced test set (digits: every test digit with both stripes)
+  )
+
+  config.pseudolabels = "hard"  # hard (argmax) | soft (teacher probabilities)
+  config.head_batch_size = 0  # 0: full batch (spec); else minibatches of this size
+  config.teacher = ml_collections.ConfigDict()
+  config.teacher.hidden = ()  # () = softmax regression (E2); (k,) = a small MLP (images)
+  config.teacher.learning_rate = 0.05
+  config.teacher.steps = 300
+  config.student = ml_collections.ConfigDict()
+  config.student.learning_rate = 0.05
+  config.student.steps = 300
+  config.enhanced = ml_collections.ConfigDict()
+  config.enhanced.p_grid = (0.3, 0.5, 0.7, 0.9)  # fraction kept, lowest student entropy first
+  config.enhanced.q_grid = (0.3, 0.5, 0.7, 1.0)  # GCE exponent
+  config.enhanced.init = "fresh"  # fresh head | continued from the W2S student
+  config.enhanced.learning_rate = 0.05
+  config.enhanced.steps = 300
+
+  config.pretrain = ml_collections.ConfigDict()  # the strong backbone (digits, tfds)
+  config.pretrain.hidden = (128, 128)
+  config.pretrain.learning_rate = 1e-3
+  config.pretrain.steps = 800
+  config.pretrain.batch_size = 128
+
+  config.digits = ml_collections.ConfigDict()
+  config.digits.task_digits = (5, 6, 7, 8, 9)  # downstream task: is the digit odd?
+  config.digits.pretrain_digits = (0, 1, 2, 3, 4)  # the backbone's different task (5-way)
+  config.digits.stripe_intensity = 16.0  # the spurious row's value (pixels are 0..16)
+  config.digits.teacher_pool = 2  # the weak network sees 2x2-average-pooled (4x4) images
+
+  config.tfds = ml_collections.ConfigDict()
+  config.tfds.name = "celeb_a"
+  config.tfds.data_dir = ""  # prepared tfds data_dir; never downloaded
+  config.tfds.train_split = "train"
+  config.tfds.test_split = "test"
+  config.tfds.label_key = "attributes/Blond_Hair"
+  config.tfds.attribute_key = "attributes/Male"
+  config.tfds.flip_attribute = True  # majority = blond women and dark-haired men (a := 1 - Male)
+  config.tfds.pretrain_keys = ("attributes/Smiling", "attributes/Young", "attributes/Eyeglasses")
+  config.tfds.image_size = 64
+  config.tfds.max_train_examples = 60000  # pool read into memory (pre-training and splits)
+  config.tfds.max_test_examples = 19962  # test pool, subsampled to balanced groups
+
+  config.loop = common.loop_config(log_every=100, checkpoint_every=1000)
+  common.add_parallelism(config)
+
+  config.study = ml_collections.ConfigDict()
+  config.study.regression = False  # run E1 as an arm
+  config.study.tasks = ()  # classification tasks run per setting
+  config.study.settings = ((0.5, 0.05), (0.05, 0.5), (0.05, 0.05), (0.5, 0.5))  # (eta_l, eta_u)
+  config.study.overrides = ml_collections.ConfigDict({"digits": _digits_overrides()})  # per task
+
+  if variant == "regression":
+    config.task = "regression"
+  if variant == "digits":
+    config.update(_digits_overrides())
+  if variant == "study":
+    config.study.regression = True
+    config.study.tasks = ("classification", "digits")
+  if variant == "gpu":
+    _gpu(config)
+  return config
+
+
+def _digits_overrides() -> dict:
+  """The image variant's sizes (766 training digits 5-9 to split) and its weak network."""
+  return {
+    "task": "digits",
+    "groups": {"num_labelled": 100, "num_unlabelled": 480, "num_heldout": 100},
+    "teacher": {"hidden": (8,), "learning_rate": 0.01},  # the weak network: one layer of 8 units
+    # heads on the backbone's unnormalised ReLU features need a smaller step than E2's
+    "student": {"learning_rate": 0.005},
+    "enhanced": {"learning_rate": 0.005},
+  }
+
+
+def _gpu(config: ml_collections.ConfigDict) -> None:
+  config.task = "tfds"
+  config.groups.eta_labelled, config.groups.eta_unlabelled = 0.5, 0.05
+  config.groups.num_labelled = 2000
+  config.groups.num_unlabelled = 40000
+  config.groups.num_heldout = 4000
+  config.groups.num_test = 2000
+  config.teacher.hidden = (64,)
+  config.teacher.learning_rate = 1e-3
+  config.teacher.steps = 2000
+  config.student.steps = 2000
+  config.enhanced.steps = 2000
+  config.head_batch_size = 4096
+  config.pretrain.hidden = (2048, 2048, 1024)
+  config.pretrain.steps = 20000
+  config.pretrain.batch_size = 512
+  config.loop = common.loop_config(log_every=200, checkpoint_every=2000)
