@@ -15,7 +15,22 @@ class _QuietLibraries(logging.Filter):
     return record.levelno >= logging.WARNING or not noisy
 
 
+# XLA:CPU's concurrency-optimised scheduler deadlocked programs with many small loops (random numbers,
+# Newton steps) on 2-core machines: every worker idle, confirmed with gdb. Off by default here.
+XLA_CPU_FLAGS = ("--xla_cpu_enable_concurrency_optimized_scheduler=false",)
+
+
+def configure_xla_cpu() -> None:
+  """Adds `XLA_CPU_FLAGS` to $XLA_FLAGS; takes effect if called before JAX starts its backend."""
+  flags = os.environ.get("XLA_FLAGS", "").split()
+  for flag in XLA_CPU_FLAGS:
+    if flag.split("=")[0] not in " ".join(flags):
+      flags.append(flag)
+  os.environ["XLA_FLAGS"] = " ".join(flags)
+
+
 def setup() -> None:
+  configure_xla_cpu()
   absl_logging.set_verbosity(absl_logging.INFO)
   absl_logging.get_absl_handler().addFilter(_QuietLibraries())
   enable_compilation_cache()

@@ -64,10 +64,10 @@ def initialize_distributed() -> None:
 
 def main(argv):
   del argv
-  initialize_distributed()
   from experiments import loop, runtime  # after flag parsing, so --help stays fast
 
   runtime.setup()
+  initialize_distributed()
   config = _CONFIG.value
   workdir = _WORKDIR.value or default_workdir(config)
   signal.signal(signal.SIGTERM, lambda *_: _PREEMPTED.set())

@@ -1,11 +1,16 @@
-"""Four fake CPU devices for every test, set before JAX initialises its backends, and a compilation
-cache shared by the tests of a session (many tests compile the same small programs)."""
+"""Four fake CPU devices for every test, set before JAX initialises its backends, the launchers' XLA
+CPU flags, and a compilation cache shared by the tests of a session (many tests compile the same small
+programs)."""
 
 import os
 import sys
 import tempfile
 
-import jax
+from experiments import runtime
+
+runtime.configure_xla_cpu()  # before JAX starts its backend
+
+import jax  # noqa: E402
 
 jax.config.update("jax_num_cpu_devices", 4)
 jax.config.update(

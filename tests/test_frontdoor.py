@@ -1,23 +1,16 @@
 """Tests of the front-door learners (`core/causal/frontdoor.py`) and their DGPs (spec §9)."""
 
-import os
 from typing import NamedTuple
 
-# XLA:CPU can deadlock on this repository's 2-core machines when its concurrency-optimised
-# scheduler runs the many small while loops of these programs (threefry, Newton) side by side.
-os.environ["XLA_FLAGS"] = (
-  os.environ.get("XLA_FLAGS", "") + " --xla_cpu_enable_concurrency_optimized_scheduler=false"
-)
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
 
-import chex  # noqa: E402
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-
-from core.causal import frontdoor as cf  # noqa: E402
-from core.causal import nuisance as nz  # noqa: E402
-from core.data import frontdoor as fd  # noqa: E402
+from core.causal import frontdoor as cf
+from core.causal import nuisance as nz
+from core.data import frontdoor as fd
 
 N = 2_000  # One row count everywhere, so every program compiles once.
 NUM_REPLICATIONS = 8  # Oracle checks pool 8 × 2000 rows.
@@ -388,3 +381,50 @@ def test_unfitted_learner_and_bad_query(learners, fit_sample):
     learners["dr"].effect(fit_sample.c[:, :3])
   with pytest.raises(ValueError, match=r"^C must be 2-D"):
     learners["dr"].effect(fit_sample.c[0])
+
+
+# ----------------------------------------------------------------------------------------------
+# Slow: options and batching (pytest -m slow).
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+  "options",
+  [
+    dict(method="dr", pooled_final=True),
+    dict(method="dr", final_stage="rff", folds=3),
+    dict(method="r", g_solver="ratio", final_stage="rff"),
+    dict(method="r", r_final="regress_b_zeta", swap_average=False, b_learner="linear"),
+  ],
+)
+def test_options_fit(options, fit_sample):
+  s = fit_sample
+  learner = cf.FrontDoorLearner(seed=3, num_rff_features=NUM_FEATURES, **options)
+  assert _rmse(learner.fit(s.c, s.x, s.z, s.y).oof_effect(), s.tau) < 0.4
+
+
+@pytest.mark.slow
+def test_plugin_interval_refits_the_nuisances(learners, fit_sample):
+  low, high = learners["plugin"].effect_interval(fit_sample.c[:50], num_bootstrap=3)
+  assert np.all(low < high)
+
+
+@pytest.mark.slow
+def test_fit_vmaps_over_replications_and_delta():
+  n, config = 300, cf.FrontDoorConfig(method="dr", num_rff_features=16)
+
+  def replicate(key, delta):
+    key_data, key_folds, key_fit = jax.random.split(key, 3)
+    s = fd.simulate_main(key_data, n)
+    folds = cf.fold_assignment(key_folds, n, config.num_folds)
+    fit = cf.fit_frontdoor(s.c, s.x, s.z, s.y, jnp.ones(n), folds, key_fit, config, delta)
+    return fit.tau_oof, fit.ate
+
+  keys = jax.random.split(jax.random.key(0), 3)
+  tau, ate = jax.jit(jax.vmap(replicate))(keys, jnp.asarray([0.0, 0.5, 1.0]))
+  chex.assert_shape(tau, (3, n))
+  chex.assert_shape(ate, (3,))
+  chex.assert_tree_all_finite((tau, ate))
+  single = replicate(keys[1], 0.5)[0]
+  np.testing.assert_allclose(tau[1], single, rtol=1e-3, atol=1e-3)

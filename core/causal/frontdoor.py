@@ -13,15 +13,17 @@ Map to the paper and spec:
   `tau_fd_r_3way_oof_smoothed`.
 - `stabilise`: numerators clipped to [1e-6, 1 − 1e-6], denominators floored to [floor, 1 − floor].
 - `fold_assignment`, `fold_masks`, `three_way_roles`: 2-fold / K-fold and 3-way cross-fitting.
-- `fit_frontdoor`, `predict_effect`, `bootstrap_fits`, `percentile_interval`: the jitted pipeline.
+- `fit_frontdoor` (two jitted programs: `fit_predict_nuisances` per fold, then `fit_stages`),
+  `predict_effect`, `bootstrap_fits`, `percentile_interval`: the pipeline.
 - `FrontDoorLearner`: the sklearn-style wrapper with input validation.
 
 Choices where the spec is open:
 - Folds are balanced (sizes differ by at most one); the author's 3-fold split gives the remainder
   to the last fold.
 - FD-DR and FD-PI fit nuisances on the complement of each fold (2 folds: the other half, as the
-  author); the FD-DR final regression is fit and predicted on its own held-out fold (author quirk).
-  `effect(C)` at new points averages the per-fold (per-role for FD-R) predictors.
+  author); the FD-DR final regression is fit and predicted on its own held-out fold (author quirk;
+  `pooled_final=True` fits one regression on all out-of-fold ψ instead, with about half the
+  variance). `effect(C)` at new points averages the per-fold (per-role for FD-R) predictors.
 - Nuisances: e, q and m_Z by logistic regression on C (q per treatment arm), m and m_Y by RFF ridge
   per treatment arm on (Z, C) and C. The b-stage and the `ratio` g-stage use RFF ridge where the
   author uses XGBoost; the `direct` g-stage standardises C with its training fold's statistics
@@ -29,8 +31,9 @@ Choices where the spec is open:
 - FD-R final stage: `r_final="b_times_gamma"` regresses ζ on C and returns b̂·γ̂ (paper, and the
   author's 3-way code); `"regress_b_zeta"` regresses b̂ζ on C (the author's 2-way code).
 - ATE: the mean cross-fitted ψ for FD-DR (an AIPW-type estimate), the mean out-of-fold τ̂ otherwise.
-- Intervals: percentile intervals from a Bayesian bootstrap (Exp(1) row weights) that refits the
-  whole pipeline, nuisances included, with the folds and random features held fixed.
+- Intervals: percentile intervals from a Bayesian bootstrap (Exp(1) row weights) with the folds
+  and random features held fixed. FD-DR and FD-R refit their stages on the point fit's nuisances
+  (their nuisance error is second order); FD-PI refits everything.
 """
 
 import dataclasses
