@@ -12,13 +12,13 @@ interpreter: its column checks correctness and linear growth only, not speed.
 from __future__ import annotations
 
 import argparse
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from kernels.ssm_scan import api
+from kernels.timing import median_seconds
 
 DEFAULT_LENGTHS = (256, 512, 1024, 2048, 4096, 8192, 16384)
 
@@ -31,17 +31,6 @@ def _inputs(batch: int, length: int, dim: int, seed: int = 0):
   b = (jax.random.normal(keys[2], (batch, length, dim)) * 0.1).astype(jnp.complex64)
   h0 = jax.random.normal(keys[3], (batch, dim)).astype(jnp.complex64)
   return a, b, h0
-
-
-def time_ms(fn, *args, repeats: int = 3) -> float:
-  """Median wall time of a compiled call in milliseconds (compilation excluded)."""
-  jax.block_until_ready(fn(*args))
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    jax.block_until_ready(fn(*args))
-    times.append(time.perf_counter() - start)
-  return 1e3 * float(np.median(times))
 
 
 def run(lengths=DEFAULT_LENGTHS, batch: int = 2, dim: int = 128, repeats: int = 3) -> dict:
@@ -57,7 +46,7 @@ def run(lengths=DEFAULT_LENGTHS, batch: int = 2, dim: int = 128, repeats: int = 
     reference = fns["sequential"](a, b, h0)
     error = 0.0
     for name, fn in fns.items():
-      times[name].append(time_ms(fn, a, b, h0, repeats=repeats))
+      times[name].append(1e3 * median_seconds(fn, a, b, h0, repeats=repeats))
       error = max(error, float(jnp.max(jnp.abs(fn(a, b, h0) - reference))))
     errors.append(error)
   return {"lengths": list(lengths), "times_ms": times, "max_abs_error": errors}

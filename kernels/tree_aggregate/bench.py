@@ -12,13 +12,12 @@ emulator) and is timed only up to `--pallas_max_n`: it shows correctness, not ke
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from kernels.timing import median_seconds
 from kernels.tree_aggregate.api import tree_aggregate
 
 
@@ -44,16 +43,6 @@ def dense_attention(q, k, v, chunk: int = 1024):
   return jax.lax.map(rows, blocks).reshape(-1, f)[:n]
 
 
-def _time(fn, *args, repeats: int) -> float:
-  jax.block_until_ready(fn(*args))
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    jax.block_until_ready(fn(*args))
-    times.append(time.perf_counter() - start)
-  return statistics.median(times)
-
-
 def run(sizes, features: int, repeats: int, dense_max_n: int, pallas_max_n: int, seed: int = 0):
   """Returns rows {n, depth, <implementation>_ms..., dense_ms, ratio}; prints a table as it goes."""
   rng = np.random.default_rng(seed)
@@ -72,10 +61,10 @@ def run(sizes, features: int, repeats: int, dense_max_n: int, pallas_max_n: int,
         row[f"{impl}_ms"] = None
         continue
       fn = jax.jit(lambda x, p, w, impl=impl: tree_aggregate(x, p, w, implementation=impl))
-      row[f"{impl}_ms"] = 1e3 * _time(fn, x, jnp.asarray(parent), weight, repeats=repeats)
+      row[f"{impl}_ms"] = 1e3 * median_seconds(fn, x, jnp.asarray(parent), weight, repeats=repeats)
     if n <= dense_max_n:
       fn = jax.jit(dense_attention)
-      row["dense_ms"] = 1e3 * _time(fn, x, x, x, repeats=max(1, repeats // 2))
+      row["dense_ms"] = 1e3 * median_seconds(fn, x, x, x, repeats=max(1, repeats // 2))
     else:
       row["dense_ms"] = None
     best = min(row[f"{i}_ms"] for i in implementations[:2])
