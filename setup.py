@@ -26,5 +26,9 @@ setuptools.setup(
     "tensorboardX>=2.6",  # TensorBoard event files without TensorFlow
     "gymnax>=1.0.1,<1.1",  # jittable, vmappable CartPole/Acrobot for the RL methods
   ],
-  extras_require={"test": ["pytest>=8", "scipy>=1.11"]},
+  extras_require={
+    "test": ["pytest>=8", "scipy>=1.11"],
+    # Front-door study's external baselines and the parity check with the author's package.
+    "frontdoor": ["econml==0.17.0", "doubleml==0.11.4", "fd-cate==0.1.1"],
+  },
 )

@@ -1,65 +1,122 @@
 """Front-door HTE: "Debiased Front-Door Learners for Heterogeneous Effects" (ICLR 2026).
 
 Claim: the debiased FD-DR and FD-R learners estimate the heterogeneous front-door effect tau(C) with
-lower error than the plug-in FD-PI, most of all when the nuisances converge slowly; FD-R is the most
-stable under weak overlap.
+lower error than the plug-in FD-PI, most of all when the nuisances converge slowly (the gap widens
+with the perturbation delta); FD-R is the most stable under weak overlap; back-door adjustment for C
+alone gets the effect wrong.
 
-One evaluate-only phase, `simulate` (an estimator pipeline: no optimiser steps): for each of
+One evaluate-only phase, `simulate` (an estimator pipeline: no optimiser steps). For each of
 `config.replications` seeds it simulates the spec's DGP (`core/data/frontdoor.py`), cross-fits the
-plug-in, FD-DR and FD-R learners of `core/causal/frontdoor.py` on the same arrays, and scores the
-out-of-fold tau(C_i) against the truth. Results are means over replications with their standard
-errors, plus the DR ATE against the true average effect.
+plug-in, FD-DR, FD-R and the naive back-door DR-learner (`core/causal`) on the same arrays, with the
+§4 nuisance perturbation `config.delta`, and scores the out-of-fold tau(C_i) against the truth. The
+replications are one `jax.vmap` over seeds. Results are means over replications with standard
+errors, each replication's RMSEs (`rep/<r>/rmse_<learner>`, for slopes with intervals), and the ATEs.
+The plug-in, FD-DR and back-door learners share their 2-fold nuisances (one fit per fold).
 
-Still to come (see the issue): the study (RMSE against n with the log-log slope, against the nuisance
-perturbation delta, overlap and front-door violation, back-door baselines, parity with fd-cate).
+`config.external` names optional packages run on the first replication's arrays
+(`methods/frontdoor_external.py`, `pip install -e ".[frontdoor]"`): econml and doubleml back-door
+learners, and the author's fd-cate for a parity check (difference in tau estimates, speed ratio).
+
+The study (`configs/frontdoor.py:study`) sweeps n (at delta = 0 and at delta = 1, the n^-1/4 rate),
+delta, the overlap strength kappa of the weak-overlap DGP, and the front-door violation alpha_u.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from core.causal.frontdoor import FrontDoorLearner
+from core.causal import backdoor
+from core.causal import frontdoor as fd
 from core.data import frontdoor as dgp
-from methods.base import Method, Phase, require, require_choice, require_positive_int
+from methods.base import (
+  Method,
+  Phase,
+  Report,
+  require,
+  require_choice,
+  require_positive_int,
+)
 
-LEARNERS = ("plugin", "dr", "r")
+LEARNERS = ("plugin", "dr", "r", "backdoor")
+TWO_FOLD_LEARNERS = ("plugin", "dr", "backdoor")  # share 2-fold nuisances; "r" has its own 3 folds
+EXTERNAL = ("econml", "doubleml", "fdcate")
+REPLICATION_PREFIX = "rep"
 
 
-def simulate(config, key):
+def simulate(config, key) -> dgp.FrontDoorSample:
   d = config.data
   if d.dgp == "main":
     return dgp.simulate_main(key, d.n, d.dim, alpha_u=d.alpha_u)
   return dgp.simulate_weak_overlap(key, d.n, d.dim, kappa_e=d.kappa, kappa_q=d.kappa)
 
 
-def replication(config, key) -> dict[str, float]:
-  """Every learner on one simulated data set: RMSE of out-of-fold tau(C_i), and the ATEs."""
-  sample = simulate(config, key)
-  arrays = [np.asarray(a) for a in (sample.c, sample.x, sample.z, sample.y)]
-  tau = np.asarray(sample.tau)
-  out = {"ate_true": float(tau.mean())}
-  for method in LEARNERS:
-    learner = FrontDoorLearner(
-      method=method, final_stage=config.final_stage, floor=config.floor, seed=config.seed
-    ).fit(*arrays)
-    out[f"rmse_{method}"] = float(np.sqrt(np.mean((learner.oof_effect() - tau) ** 2)))
-    out[f"ate_{method}"] = learner.ate()
+def learner_config(config, method: str) -> fd.FrontDoorConfig:
+  return fd.FrontDoorConfig(
+    method=method,
+    final_stage=config.final_stage,
+    num_folds=3 if method == "r" else 2,
+    floor=config.floor,
+  )
+
+
+def _rmse(estimate: jax.Array, truth: jax.Array) -> jax.Array:
+  return jnp.sqrt(jnp.mean((estimate - truth) ** 2))
+
+
+def replication_key(rng: jax.Array, r) -> jax.Array:
+  return jax.random.fold_in(rng, r)
+
+
+def replication(config, key: jax.Array) -> dict[str, jax.Array]:
+  """Every learner on one simulated data set: RMSE of out-of-fold tau(C_i) and the ATEs (pure)."""
+  key_data, key_folds, key_fit = jax.random.split(key, 3)
+  sample = simulate(config, key_data)
+  c, x, z, y = (jnp.asarray(v, jnp.float32) for v in (sample.c, sample.x, sample.z, sample.y))
+  weights = jnp.ones_like(y)
+  out = {"ate_true": jnp.mean(sample.tau), "ate_naive": backdoor.difference_in_means(x, y, weights)}
+  configs = [learner_config(config, method) for method in LEARNERS]
+  folds = {
+    k: fd.fold_assignment(key_folds, y.shape[0], k) for k in {cf.num_folds for cf in configs}
+  }
+  fits = fd.fit_frontdoor_methods(c, x, z, y, weights, folds, key_fit, configs, config.delta)
+  for method, fit in zip(LEARNERS, fits, strict=True):
+    out[f"rmse_{method}"] = _rmse(fit.tau_oof, sample.tau)
+    out[f"ate_{method}"] = fit.ate
   return out
 
 
-def evaluate(config, rng) -> dict[str, float]:
-  runs = [replication(config, jax.random.fold_in(rng, r)) for r in range(config.replications)]
+def replications(config, rng: jax.Array) -> dict[str, np.ndarray]:
+  """`replication` vmapped over `config.replications` seeds: each value has a leading (R,) axis."""
+  keys = jax.vmap(lambda r: replication_key(rng, r))(jnp.arange(config.replications))
+  return jax.tree.map(np.asarray, jax.vmap(lambda key: replication(config, key))(keys))
+
+
+def summarise(runs: Mapping[str, np.ndarray]) -> dict[str, float]:
+  """Means over replications, standard errors of the RMSEs, and each replication's RMSEs."""
   results = {}
-  for name in runs[0]:
-    values = np.array([run[name] for run in runs])
+  for name, values in runs.items():
     results[name] = float(values.mean())
-    if name.startswith("rmse_") and len(values) > 1:
-      results[f"{name}_stderr"] = float(values.std(ddof=1) / math.sqrt(len(values)))
+    if name.startswith("rmse_"):
+      if values.size > 1:
+        results[f"{name}_stderr"] = float(values.std(ddof=1) / math.sqrt(values.size))
+      for r, value in enumerate(values):
+        results[f"{REPLICATION_PREFIX}/{r}/{name}"] = float(value)
+  return results
+
+
+def evaluate(config, rng) -> dict[str, float]:
+  results = summarise(replications(config, rng))
+  if config.external:
+    from methods import frontdoor_external
+
+    key_data = jax.random.split(replication_key(rng, 0), 3)[0]  # as in `replication`
+    results.update(frontdoor_external.run(config, simulate(config, key_data)))
   return results
 
 
@@ -86,6 +143,181 @@ def validate(config: ml_collections.ConfigDict) -> None:
   )
   require(0.0 < config.floor < 0.5, "floor", f"must lie in (0, 0.5), got {config.floor}")
   require(config.data.alpha_u >= 0.0, "data.alpha_u", "must be >= 0")
+  require(config.data.kappa > 0.0, "data.kappa", f"must be > 0, got {config.data.kappa}")
+  require(config.delta >= 0.0, "delta", f"must be >= 0, got {config.delta}")
+  unknown = sorted(set(config.external) - set(EXTERNAL))
+  require(not unknown, "external", f"unknown baselines {unknown}; choose from {EXTERNAL}")
 
 
-METHOD = Method(name="frontdoor", phases=phases, validate=validate)
+# ---------------------------------------------------------------------------------------------------
+# Study (spec §6): RMSE against n, delta, overlap and front-door violation.
+# ---------------------------------------------------------------------------------------------------
+
+
+def _arm(config, **fields) -> ml_collections.ConfigDict:
+  arm = ml_collections.ConfigDict(config.to_dict())
+  for key, value in fields.items():
+    if "__" in key:
+      section, name = key.split("__")
+      arm[section][name] = value
+    else:
+      arm[key] = value
+  return arm
+
+
+def _grid_arms(config):
+  """(sweep, value, arm name, fields) for every grid point; shared points run once."""
+  study = config.study
+  points = [("n", n, dict(data__n=n, delta=0.0)) for n in study.sizes]
+  points += [("n_slow", n, dict(data__n=n, delta=study.slow_delta)) for n in study.sizes]
+  points += [("delta", v, dict(delta=v)) for v in study.deltas]
+  points += [
+    ("kappa", v, dict(data__dgp="weak_overlap", data__kappa=v, delta=0.0)) for v in study.kappas
+  ]
+  points += [("alpha_u", v, dict(data__alpha_u=v, delta=0.0)) for v in study.alpha_us]
+  grid = []
+  for sweep, value, fields in points:
+    fields = {"data__n": study.n, **fields}
+    name = "_".join(
+      f"{k.split('__')[-1]}{v:g}" for k, v in sorted(fields.items()) if k != "data__dgp"
+    )
+    name = ("weak_" if fields.get("data__dgp") == "weak_overlap" else "") + name
+    grid.append((sweep, value, name, fields))
+  return grid
+
+
+def study_arms(config: ml_collections.ConfigDict):
+  arms = {}
+  for _, _, name, fields in _grid_arms(config):
+    arms.setdefault(name, _arm(config, **fields, external=()))
+  if config.study.external:
+    arms["external"] = _arm(
+      config, data__n=config.study.n, delta=0.0, external=config.study.external
+    )
+  return list(arms.items())
+
+
+def _external_baselines(config) -> tuple[str, ...]:
+  """The study's optional baselines whose packages are installed."""
+  from methods import frontdoor_external
+
+  return tuple(b for b in config.study.external if b in frontdoor_external.available())
+
+
+def _interval(arm: Mapping[str, float], key: str) -> tuple[float, float]:
+  """Mean and the 95% half-width 1.96 s.e. over replications."""
+  return arm[key], 1.96 * arm.get(f"{key}_stderr", float("nan"))
+
+
+def loglog_slope(sizes, arms, method: str) -> tuple[float, float]:
+  """Slope of log RMSE on log n, fitted per replication: mean and 95% half-width."""
+  log_n = np.log(np.asarray(sizes, float))
+  reps = sorted({int(k.split("/")[1]) for k in arms[0] if k.startswith(f"{REPLICATION_PREFIX}/")})
+  slopes = [
+    np.polyfit(log_n, [np.log(a[f"{REPLICATION_PREFIX}/{r}/rmse_{method}"]) for a in arms], 1)[0]
+    for r in reps
+  ]
+  half = 1.96 * np.std(slopes, ddof=1) / np.sqrt(len(slopes)) if len(slopes) > 1 else float("nan")
+  return float(np.mean(slopes)), float(half)
+
+
+def report(config, results: Mapping[str, Mapping[str, float]]) -> Report:
+  grid = _grid_arms(config)
+  rows = []
+  for sweep, value, name, _ in grid:
+    row = {"sweep": sweep, "value": value, "arm": name}
+    for method in LEARNERS:
+      mean, half = _interval(results[name], f"rmse_{method}")
+      row[f"rmse_{method}"] = f"{mean:.3f} ± {half:.3f}"
+    row["ate_true"] = results[name]["ate_true"]
+    row["ate_dr"] = results[name]["ate_dr"]
+    row["ate_backdoor"] = results[name]["ate_backdoor"]
+    row["ate_naive"] = results[name]["ate_naive"]
+    rows.append(row)
+  summary = _summary(config, grid, results)
+  if "external" in results:
+    summary.update({k: v for k, v in results["external"].items() if _is_external_key(k)})
+  return Report(
+    rows=rows,
+    summary=summary,
+    figures={"frontdoor_study": _figure(config, grid, results)},
+    notes=(
+      "RMSE of out-of-fold tau(C_i): mean ± 1.96 s.e. over "
+      f"{config.replications} replications; final stage {config.final_stage!r}. Sweeps: n at "
+      f"delta = 0 ('n') and delta = {config.study.slow_delta:g} ('n_slow', nuisances at the "
+      f"n^-1/4 rate); delta, weak-overlap kappa and front-door violation alpha_u at n = "
+      f"{config.study.n}. 'backdoor' is the naive DR-learner of X -> Y given C; ate_naive the "
+      "unadjusted contrast. External baselines run: "
+      f"{list(_external_baselines(config)) or 'none (pip install -e .[frontdoor])'}."
+    ),
+  )
+
+
+def _is_external_key(key: str) -> bool:
+  return any(key.startswith(f"{name}_") for name in EXTERNAL) or key.startswith("parity_")
+
+
+def _sweep(grid, sweep: str):
+  return [(value, name) for s, value, name, _ in grid if s == sweep]
+
+
+def _summary(config, grid, results) -> dict[str, float]:
+  summary = {}
+  for sweep in ("n", "n_slow"):
+    points = _sweep(grid, sweep)
+    arms = [results[name] for _, name in points]
+    for method in LEARNERS[:3]:
+      slope, half = loglog_slope([v for v, _ in points], arms, method)
+      summary[f"slope_{sweep}_{method}"] = slope
+      summary[f"slope_{sweep}_{method}_ci95"] = half
+  deltas = _sweep(grid, "delta")
+  low, high = results[deltas[0][1]], results[deltas[-1][1]]
+  for method in LEARNERS[:3]:
+    summary[f"rmse_growth_delta_{method}"] = high[f"rmse_{method}"] / low[f"rmse_{method}"]
+  kappas = _sweep(grid, "kappa")
+  for method in LEARNERS[:3]:
+    values = [results[name][f"rmse_{method}"] for _, name in kappas]
+    summary[f"rmse_growth_kappa_{method}"] = values[-1] / values[0]
+  base = results[deltas[0][1]]
+  summary["ate_true"] = base["ate_true"]
+  summary["ate_backdoor"] = base["ate_backdoor"]
+  summary["ate_naive"] = base["ate_naive"]
+  return summary
+
+
+def _figure(config, grid, results):
+  import matplotlib
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  panels = [
+    ("n", "n (delta = 0)", True),
+    ("n_slow", f"n (delta = {config.study.slow_delta:g})", True),
+    ("delta", f"delta (n = {config.study.n})", False),
+    ("kappa", "overlap kappa (weak-overlap DGP)", False),
+    ("alpha_u", "front-door violation alpha_u", False),
+  ]
+  fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6))
+  for ax, (sweep, label, log) in zip(axes, panels, strict=True):
+    points = _sweep(grid, sweep)
+    values = [v for v, _ in points]
+    for method in LEARNERS:
+      means, halves = zip(
+        *[_interval(results[name], f"rmse_{method}") for _, name in points], strict=True
+      )
+      ax.errorbar(values, means, yerr=halves, marker="o", capsize=3, label=method)
+    if log:
+      ax.set_xscale("log")
+      ax.set_yscale("log")
+    ax.set_xlabel(label)
+    ax.set_ylabel("RMSE of tau(C)")
+  axes[0].legend()
+  fig.suptitle("Front-door learners: RMSE of the heterogeneous effect (95% intervals)")
+  fig.tight_layout()
+  return fig
+
+
+METHOD = Method(
+  name="frontdoor", phases=phases, validate=validate, study_arms=study_arms, report=report
+)

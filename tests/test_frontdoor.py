@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from core.causal import backdoor
 from core.causal import frontdoor as cf
 from core.causal import nuisance as nz
 from core.data import frontdoor as fd
@@ -284,11 +285,50 @@ def test_fd_r_with_oracle_nuisances_recovers_tau(fit_sample):
 
 
 def test_end_to_end_rmse(learners, fit_sample):
-  rmse = {m: _rmse(learner.oof_effect(), fit_sample.tau) for m, learner in learners.items()}
+  front_door = {m: learner for m, learner in learners.items() if m != "backdoor"}
+  rmse = {m: _rmse(learner.oof_effect(), fit_sample.tau) for m, learner in front_door.items()}
   assert max(rmse.values()) < 0.4, rmse
   assert rmse["dr"] < 2.5 * rmse["plugin"] and rmse["r"] < 1.6 * rmse["plugin"], rmse
-  for learner in learners.values():
+  for learner in front_door.values():
     assert abs(learner.ate() - float(fit_sample.tau.mean())) < 0.25
+
+
+def test_backdoor_baseline_gets_the_sign_wrong(learners, fit_sample):
+  """Adjusting for C alone recovers the U-confounded contrast: negative, while τ(C) > 0 (§4, §6)."""
+  x, y = (jnp.asarray(v, jnp.float32) for v in (fit_sample.x, fit_sample.y))
+  naive = float(backdoor.difference_in_means(x, y, jnp.ones_like(y)))
+  assert float(fit_sample.tau.min()) > 0
+  assert learners["backdoor"].ate() < 0 and naive < 0
+  assert _rmse(learners["backdoor"].oof_effect(), fit_sample.tau) > 0.5
+
+
+def test_backdoor_pseudo_outcome_is_unbiased_without_hidden_confounding():
+  """With U out of X's equation, C is a valid back-door set and AIPW recovers the effect."""
+  key_c, key_x, key_y = jax.random.split(jax.random.key(5), 3)
+  n = 20_000
+  c = jax.random.normal(key_c, (n, 2))
+  e1 = jax.nn.sigmoid(c[:, 0])
+  x = jax.random.bernoulli(key_x, e1).astype(jnp.float32)
+  mean = lambda arm: c[:, 1] + arm * (1.0 + c[:, 0])  # τ(C) = 1 + C_0
+  y = mean(x) + jax.random.normal(key_y, (n,))
+  cache = nz.NuisanceCache(
+    e1, jnp.zeros((n, 2)), jnp.zeros((n, 2, 2)), jnp.stack([mean(0.0), mean(1.0)], 1),
+    jnp.zeros(n), e1, jnp.zeros((n, 2)),
+  )  # fmt: skip
+  psi = backdoor.aipw_pseudo_outcome(cache, x, y)
+  chex.assert_shape(psi, (n,))
+  standard_error = float(jnp.std(psi)) / np.sqrt(n)
+  assert abs(float(jnp.mean(psi)) - 1.0) < 3 * standard_error
+
+
+def test_methods_sharing_nuisances_equal_their_single_fits(fit_sample):
+  s = fit_sample
+  configs = [cf.FrontDoorConfig(method=m, num_rff_features=NUM_FEATURES) for m in ("dr", "plugin")]
+  key, folds = jax.random.key(7), cf.fold_assignment(jax.random.key(8), N, 2)
+  shared = cf.fit_frontdoor_methods(s.c, s.x, s.z, s.y, jnp.ones(N), {2: folds}, key, configs)
+  for config, fit in zip(configs, shared, strict=True):
+    single = cf.fit_frontdoor(s.c, s.x, s.z, s.y, jnp.ones(N), folds, key, config)
+    np.testing.assert_allclose(fit.tau_oof, single.tau_oof, rtol=1e-5, atol=1e-5)
 
 
 def test_learner_outputs_and_intervals(learners, fit_sample):
@@ -306,7 +346,9 @@ def test_learner_outputs_and_intervals(learners, fit_sample):
 
 
 def test_effect_at_new_points_is_the_fold_average(learners, fit_sample):
-  for learner in learners.values():
+  for method, learner in learners.items():
+    if method == "backdoor":
+      continue
     effect = learner.effect(fit_sample.c[:50])
     assert _rmse(effect, fit_sample.tau[:50]) < 0.35
 

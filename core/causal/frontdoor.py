@@ -16,6 +16,8 @@ Map to the paper and spec:
 - `fit_frontdoor` (two jitted programs: `fit_predict_nuisances` per fold, then `fit_stages`),
   `predict_effect`, `bootstrap_fits`, `percentile_interval`: the pipeline.
 - `FrontDoorLearner`: the sklearn-style wrapper with input validation.
+- method "backdoor": the naive back-door DR-learner (`core.causal.backdoor`) on the same folds,
+  nuisances and final stage, as the baseline that adjusting for C alone gets wrong (§6).
 
 Choices where the spec is open:
 - Folds are balanced (sizes differ by at most one); the author's 3-fold split gives the remainder
@@ -30,7 +32,8 @@ Choices where the spec is open:
   (the author re-standardises each evaluation set).
 - FD-R final stage: `r_final="b_times_gamma"` regresses ζ on C and returns b̂·γ̂ (paper, and the
   author's 3-way code); `"regress_b_zeta"` regresses b̂ζ on C (the author's 2-way code).
-- ATE: the mean cross-fitted ψ for FD-DR (an AIPW-type estimate), the mean out-of-fold τ̂ otherwise.
+- ATE: the mean cross-fitted ψ for FD-DR and the back-door baseline (AIPW-type estimates), the
+  mean out-of-fold τ̂ otherwise.
 - Intervals: percentile intervals from a Bayesian bootstrap (Exp(1) row weights) with the folds
   and random features held fixed. FD-DR and FD-R refit their stages on the point fit's nuisances
   (their nuisance error is second order); FD-PI refits everything.
@@ -44,6 +47,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from core.causal import backdoor
 from core.causal import nuisance as nz
 from core.data import frontdoor as fd_data
 
@@ -51,7 +55,7 @@ PROB_EPS = 1e-6  # Numerator probabilities are clipped to [PROB_EPS, 1 − PROB_
 B_STAGE_MIN_RESIDUAL = 1e-3  # |X − ê| below this is dropped from the b-stage (author).
 G_STAGE_MIN_RESIDUAL = 1e-8  # |Z − q̂| below this is dropped from the ratio g-stage (author).
 _MIN_ARM_ROWS = 2
-_METHODS = ("dr", "r", "plugin")
+_METHODS = ("dr", "r", "plugin", "backdoor")
 _FINAL_STAGES = ("linear", "rff")
 _G_SOLVERS = ("direct", "ratio")
 _R_FINALS = ("b_times_gamma", "regress_b_zeta")
@@ -61,7 +65,7 @@ _R_FINALS = ("b_times_gamma", "regress_b_zeta")
 class FrontDoorConfig:
   """Static settings of one front-door fit (hashable, so it is a static jit argument)."""
 
-  method: str = "dr"  # "dr" (§2), "r" (§3) or "plugin" (§1).
+  method: str = "dr"  # "dr" (§2), "r" (§3), "plugin" (§1) or the naive "backdoor" baseline.
   final_stage: str = "linear"  # "linear" (author parity) or "rff" regression of the target on C.
   num_folds: int = 2  # Cross-fitting folds: ≥ 2 for "dr"/"plugin", exactly 3 for "r".
   floor: float = 0.05  # Denominators e and q(Z|X,C) are floored to [floor, 1 − floor].
@@ -377,8 +381,14 @@ def _weighted_mean(values, weights) -> jax.Array:
   return jnp.sum(values * weights) / jnp.sum(weights)
 
 
-def _dr_stages(c, x, z, y, weights, masks, caches, key, config: FrontDoorConfig):
-  psi = jax.vmap(dr_pseudo_outcome, (0, None, None, None))(caches, x, z, y)
+def _backdoor_pseudo_outcome(cache, x, z, y):
+  del z
+  return backdoor.aipw_pseudo_outcome(cache, x, y)
+
+
+def _pseudo_outcome_stages(pseudo_outcome, c, x, z, y, weights, masks, caches, key, config):
+  """Per-fold ψ from each fold's nuisances, then the final regression of ψ on C (FD-DR, §2)."""
+  psi = jax.vmap(pseudo_outcome, (0, None, None, None))(caches, x, z, y)
   psi_oof = jnp.sum(masks * psi, 0)
   targets, final_weights = (
     (psi_oof[None], weights[None]) if config.pooled_final else (psi, weights * masks)
@@ -412,7 +422,12 @@ def _plugin_stages(c, x, z, y, weights, masks, caches, key, config):
   return None, tau_oof, tau_oof, _weighted_mean(tau_oof, weights)
 
 
-_STAGES = {"dr": _dr_stages, "r": _r_stages, "plugin": _plugin_stages}
+_STAGES = {
+  "dr": functools.partial(_pseudo_outcome_stages, dr_pseudo_outcome),
+  "r": _r_stages,
+  "plugin": _plugin_stages,
+  "backdoor": functools.partial(_pseudo_outcome_stages, _backdoor_pseudo_outcome),
+}
 
 
 @functools.partial(jax.jit, static_argnames=("config",))
@@ -438,22 +453,47 @@ def fit_frontdoor(
   and `delta`. It is two jitted programs (the nuisances, shared by every method with the same
   folds count, and the stages), so eager callers compile each once.
   """
+  return fit_frontdoor_methods(
+    c, x, z, y, weights, {config.num_folds: folds}, key, [config], delta
+  )[0]
+
+
+def _nuisance_rows(config: FrontDoorConfig) -> tuple:
+  """Learners with equal keys fit identical nuisances on the same folds."""
+  return (config.num_folds, config.method == "r", config.num_rff_features, config.logistic_l2)
+
+
+def fit_frontdoor_methods(
+  c, x, z, y, weights, folds: dict, key, configs, delta=0.0
+) -> list[FrontDoorFit]:
+  """`fit_frontdoor` for several learners on one data set; `folds` maps a fold count to its ids.
+
+  Learners whose nuisances are fit on the same rows (FD-DR, FD-PI and the back-door baseline with
+  equal fold counts) share one cross-fitted nuisance fit. Each learner's fit equals its own
+  `fit_frontdoor` with the same `key`.
+  """
   x, z, y, c = (jnp.asarray(v, jnp.float32) for v in (x, z, y, c))
-  masks = fold_masks(folds, config.num_folds)
-  train = masks if config.method == "r" else 1.0 - masks
   key_nuisance, key_stage = jax.random.split(key)
-  nuisances, caches = crossfit_nuisances(
-    c, x, z, y, weights * train, key_nuisance, config.num_rff_features, config.logistic_l2
-  )
-  stages = fit_stages(c, x, z, y, weights, masks, caches, key_stage, config, delta)
-  return FrontDoorFit(nuisances, caches, *stages)
+  shared, fits = {}, []
+  for config in configs:
+    masks = fold_masks(folds[config.num_folds], config.num_folds)
+    rows = _nuisance_rows(config)
+    if rows not in shared:
+      train = masks if config.method == "r" else 1.0 - masks
+      shared[rows] = crossfit_nuisances(
+        c, x, z, y, weights * train, key_nuisance, config.num_rff_features, config.logistic_l2
+      )
+    nuisances, caches = shared[rows]
+    stages = fit_stages(c, x, z, y, weights, masks, caches, key_stage, config, delta)
+    fits.append(FrontDoorFit(nuisances, caches, *stages))
+  return fits
 
 
 @functools.partial(jax.jit, static_argnames=("config",))
 def predict_effect(fit: FrontDoorFit, c, config: FrontDoorConfig) -> jax.Array:
   """τ̂(C) at new rows: the mean over folds (FD-DR, FD-PI) or roles (FD-R) of their predictors."""
   c = jnp.asarray(c, jnp.float32)
-  if config.method == "dr":
+  if config.method in ("dr", "backdoor"):
     preds = jax.vmap(_predict_regressor, (None, 0, None))(config.final_stage, fit.stages, c)
   elif config.method == "r":
     preds = jax.vmap(predict_r_role, (0, None, None))(fit.stages, c, config)
@@ -589,7 +629,9 @@ class FrontDoorLearner:
     """Configures the learner.
 
     Args:
-      method: "dr" (FD-DR, §2), "r" (FD-R, §3) or "plugin" (FD-PI, §1).
+      method: "dr" (FD-DR, §2), "r" (FD-R, §3), "plugin" (FD-PI, §1), or "backdoor": the naive
+        back-door DR-learner of X → Y given C (`core.causal.backdoor`), a baseline that is
+        biased whenever U confounds X and Y.
       final_stage: "linear" (ridge on z-scored C, author parity) or "rff" (RFF ridge).
       folds: cross-fitting folds; default 2 for "dr"/"plugin" (≥ 2 allowed), 3 for "r" (only 3).
       floor: denominators are floored to [floor, 1 − floor]; 0 < floor < 0.5.
@@ -654,7 +696,7 @@ class FrontDoorLearner:
     return np.asarray(self._fitted().tau_oof)
 
   def ate(self) -> float:
-    """The average effect: mean cross-fitted ψ (FD-DR) or mean out-of-fold τ̂ (FD-R, FD-PI)."""
+    """The average effect: mean cross-fitted ψ (FD-DR, back-door) or mean out-of-fold τ̂ (FD-R, FD-PI)."""
     return float(self._fitted().ate)
 
   def _bootstrap_fits(self, num_bootstrap: int) -> FrontDoorFit:
