@@ -178,12 +178,18 @@ def _grid_arms(config):
   grid = []
   for sweep, value, fields in points:
     fields = {"data__n": study.n, **fields}
-    name = "_".join(
-      f"{k.split('__')[-1]}{v:g}" for k, v in sorted(fields.items()) if k != "data__dgp"
-    )
-    name = ("weak_" if fields.get("data__dgp") == "weak_overlap" else "") + name
-    grid.append((sweep, value, name, fields))
+    grid.append((sweep, value, _arm_name(fields), fields))
   return grid
+
+
+def _arm_name(fields) -> str:
+  """Equal configurations get equal names, so a point shared by two sweeps runs once."""
+  name = f"n{fields['data__n']}_delta{fields['delta']:g}"
+  if fields.get("data__dgp") == "weak_overlap":
+    name = f"weak{fields['data__kappa']:g}_{name}"
+  if fields.get("data__alpha_u", 0.0) > 0:
+    name += f"_alpha{fields['data__alpha_u']:g}"
+  return name
 
 
 def study_arms(config: ml_collections.ConfigDict):
