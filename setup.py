@@ -25,6 +25,7 @@ setuptools.setup(
     "matplotlib>=3.8",  # study figures and sample grids
     "tensorboardX>=2.6",  # TensorBoard event files without TensorFlow
     "gymnax>=1.0.1,<1.1",  # jittable, vmappable CartPole/Acrobot for the RL methods
+    "safetensors>=0.4",  # reads converted Latte checkpoints (bwcache's gpu variant)
   ],
   extras_require={
     "test": ["pytest>=8", "scipy>=1.11"],

@@ -8,12 +8,17 @@ Variants:
   default   trains a 6-block video DiT (8 frames of 16x16, ~0.3M parameters) with rectified flow on
             moving-shape videos for a few CPU minutes, then runs the cache arms (30 Euler steps).
   study     the same model; the cache phase sweeps delta x R and writes the table and figures.
-  gpu       a larger DiT restored from --config.model.checkpoint (an orbax checkpoint of this DiT's
-            parameters; with a checkpoint the train phase runs 0 steps), 32 videos of 16 frames at
-            64x64, 50 sampling steps. Not run here.
+  gpu       Latte-XL/2 (Latte's alternating spatial/temporal DiT: hidden 1152, 28 blocks, 16 heads,
+            patch 2, learned sigma) restored from --config.model.checkpoint, a Latte state dict saved
+            as .safetensors (see methods/bwcache.py:load_pretrained; the train phase then runs 0
+            steps), sampling 16-frame 32x32x4 VAE latents with DDPM/DDIM over 50 steps, as Latte does.
+            Fidelity is measured on the latents (no VAE decoding). Not run here.
+            For the class-conditional UCF-101 model add --config.model.num_classes=101.
 
   python experiments/train.py --config=configs/bwcache.py
   python experiments/study.py --config=configs/bwcache.py:study --workdir=runs/bwcache_study
+  python experiments/train.py --config=configs/bwcache.py:gpu \
+    --config.model.checkpoint=/data/latte_ffs.safetensors --workdir=runs/bwcache_latte
 """
 
 import ml_collections
@@ -43,7 +48,18 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.model.heads = 4
   config.model.mlp_ratio = 4
   config.model.attention = "full"  # "full" spatio-temporal | "alternating" spatial/temporal blocks
-  config.model.checkpoint = ""  # orbax checkpoint of the DiT parameters to start from
+  config.model.positions = "sincos3d"  # "sincos3d" | "latte" (2D per frame + 1D over frames)
+  config.model.learn_sigma = False  # also predict the variance half (dropped when sampling)
+  config.model.num_classes = 0  # > 0: class-conditional (label table of num_classes + 1 rows)
+  config.model.time_frequencies = 0  # sinusoid width of the timestep embedding; 0 = hidden
+  config.model.checkpoint = ""  # DiT parameters to start from (then 0 training steps)
+  config.model.checkpoint_format = "orbax"  # "orbax" (this DiT's params) | "latte" (.safetensors)
+
+  config.diffusion = ml_collections.ConfigDict()
+  config.diffusion.kind = "rectified_flow"  # "rectified_flow" (velocity) | "ddpm" (eps prediction)
+  config.diffusion.train_steps = 1000  # DDPM: discrete steps; the network's time input is the step
+  config.diffusion.beta_start = 1e-4  # DDPM: linear betas (DiT, Latte, Open-Sora 1.0)
+  config.diffusion.beta_end = 2e-2
 
   config.batch_size = 16
   config.steps = 1500
@@ -54,8 +70,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.optim.ema_decay = 0.999
 
   config.cache = ml_collections.ConfigDict()
-  config.cache.num_steps = 30  # Euler steps of every sampler (Open-Sora's default)
+  config.cache.num_steps = 30  # sampling steps of every sampler (Open-Sora's default)
+  config.cache.sampler = "euler"  # "euler" (rectified flow) | "ddim" (ddpm, deterministic, eta = 0)
   config.cache.time_shift = 1.0  # rectified-flow time-grid shift (1 = uniform)
+  config.cache.ddim_spacing = "linspace"  # "linspace" (Latte, DiT) | "leading" | "trailing"
+  config.cache.class_label = -1  # label sampled with num_classes > 0; -1 = unconditional
   config.cache.num_videos = 16  # fixed-noise videos sampled by every arm
   # Headline threshold. The paper's default is 0.15 on large video DiTs; this small DiT's mean block
   # change is 0.03-0.09 per step, so 0.15 would reuse at every chance. The study sweeps both ranges.
@@ -77,9 +96,23 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.cache.deltas = (0.02, 0.03, 0.04, 0.05, 0.07, 0.1, 0.15)
     config.cache.reuse_steps = (1, 3, 6)
   if variant == "gpu":
-    config.data.frames, config.data.size, config.data.channels = 16, 64, 3
-    config.model.update(hidden=384, depth=12, heads=6, patch=(1, 4, 4), attention="alternating")
-    config.model.checkpoint = "/path/to/dit_params"  # required: the train phase then runs 0 steps
+    # latents of 16 frames of 256x256 video (VAE factor 8); data.* only shapes the inputs here
+    config.data.frames, config.data.size, config.data.channels = 16, 32, 4
+    config.model.update(
+      hidden=1152,
+      depth=28,
+      heads=16,
+      mlp_ratio=4,
+      patch=(1, 2, 2),
+      attention="alternating",
+      positions="latte",
+      learn_sigma=True,
+      time_frequencies=256,
+      checkpoint_format="latte",
+    )
+    config.model.checkpoint = "/path/to/latte.safetensors"  # required
+    config.diffusion.kind = "ddpm"
     config.batch_size = 32
-    config.cache.update(num_steps=50, num_videos=32, reuse=5)
+    # 28 blocks x 8 videos x 4096 tokens x 1152 floats of previous block outputs: about 4 GiB
+    config.cache.update(sampler="ddim", num_steps=50, num_videos=8, reuse=5)
   return config

@@ -9,9 +9,10 @@ timestep -- then the step after is computed again and the indicator re-evaluated
 recomputation). Once reuse is first triggered at step k, reuse is allowed only in the first half of the
 remaining steps; the second half is always computed (final-step protection).
 
-The sampler is one `lax.scan` over the rectified-flow Euler steps with a *scalar* `lax.cond` between
-"skip the blocks" and "compute the blocks", so skipped blocks are never executed (a batched predicate
-would turn the cond into a select and compute both). Policies (`CachePolicy.kind`):
+The sampler is one `lax.scan` over the steps of a `diffusion.Sampler` (rectified-flow Euler, or DDIM for
+an eps-predicting DDPM model; the caching logic does not depend on which) with a *scalar* `lax.cond`
+between "skip the blocks" and "compute the blocks", so skipped blocks are never executed (a batched
+predicate would turn the cond into a select and compute both). Policies (`CachePolicy.kind`):
   "none"      every step computed (the reference), block changes recorded for ARL1 and the heat-map;
   "bwcache"   the paper's rule above;
   "schedule"  reuse on a fixed set of steps, no indicator (fixed-interval reuse);
@@ -100,14 +101,20 @@ def _relative_l1(a: jax.Array, b: jax.Array) -> jax.Array:
   return jnp.sum(jnp.abs(a - b)) / jnp.maximum(jnp.sum(jnp.abs(b)), 1e-12)
 
 
-def cached_rf_sample(
-  model: BlockwiseModel, params: Any, x_init: jax.Array, ts: jax.Array, policy: CachePolicy
+def cached_sample(
+  model: BlockwiseModel,
+  params: Any,
+  x_init: jax.Array,
+  sampler: diffusion.Sampler,
+  policy: CachePolicy,
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
-  """Rectified-flow Euler sampling over `ts` (1 -> 0) with the caching `policy`.
+  """Runs `sampler` from `x_init` with the caching `policy`; the head's output is the sampler's model
+  output (velocity for Euler, eps for DDIM).
 
   Returns the final sample and a per-step trace: `computed` (T,) bool, `indicator` (T,) (mean relative
   L1 of the indicator blocks; NaN where not computed or no previous step), `block_change` (T, N_ind).
   """
+  ts = sampler.times
   num_steps = ts.shape[0] - 1
   validate_policy(policy, num_steps, model.depth)
   blocks = jnp.asarray(policy.indicator_blocks or tuple(range(model.depth)))
@@ -148,10 +155,8 @@ def cached_rf_sample(
       return h_n, state, jnp.where(carry.has_previous, change, jnp.nan)
 
     h_n, state, change = jax.lax.cond(reuse, skip, compute, None)
-    velocity = model.head(params, h_n, c)
-    state = state._replace(
-      x=diffusion.euler_step(carry.x, velocity, t, t_next), modulated=modulated
-    )
+    model_out = model.head(params, h_n, c)
+    state = state._replace(x=sampler.step(carry.x, model_out, t, t_next), modulated=modulated)
     trace = {"computed": ~reuse, "indicator": jnp.nanmean(change), "block_change": change}
     return state, trace
 

@@ -1,4 +1,4 @@
-"""Diffusion and flow maths shared by the diffusion methods: the VE process and rectified flow.
+"""Diffusion and flow maths shared by the diffusion methods: the VE process, rectified flow, DDPM/DDIM.
 
 Forward process `x_t = x_0 + t * eps`, `eps ~ N(0, I)`, `t in [0, inf)` (QDPM spec, Sec. 1). Time
 arrays broadcast over the trailing axes of the data: a scalar `t`, or `t` of shape `(B,)` for `x` of
@@ -15,13 +15,26 @@ shape `(B, ...)`. Denoisers are x-predictions `x_hat_fn(x_t, t) -> x_hat` with `
 Rectified flow (Open-Sora 1.2, Wan, HunyuanVideo; BWCache spec Sec. 3): `x_t = (1 - t) x_0 + t eps`,
 `t in [0, 1]` (t = 1 is noise), velocity target `v = eps - x_0`, sampled from t = 1 to 0 with Euler.
 - `rf_interpolate`, `rf_velocity_target`, `logit_normal_time`: training pairs.
-- `rf_time_grid`, `euler_step`, `rf_euler_sample`: the sampler.
+- `rf_time_grid`, `euler_step`, `euler_sampler`: the sampler.
+
+DDPM / VP with epsilon prediction (Ho et al. 2020; the setting of DiT, Latte and Open-Sora 1.0):
+`x_n = sqrt(abar_n) x_0 + sqrt(1 - abar_n) eps` for integer steps `n = 0..N-1` (N = 1000), linear betas
+1e-4..2e-2, the network predicts `eps` from `(x_n, n)`; sampled with deterministic DDIM (eta = 0, Song
+et al. 2021, Eq. 12) on a subset of the training steps.
+- `linear_alpha_bars`, `alpha_bar_at`: the schedule.
+- `ddpm_timesteps`, `ddpm_perturb`: training pairs (the target is `eps` itself).
+- `ddim_time_grid`, `ddim_x0`, `ddim_step`: the sampler.
+
+`Sampler` (a time grid and a step `(x, model_out, t, t_next) -> x`) lets one sampling loop, `sample` or
+the block-caching sampler of `core/block_cache.py`, run either `euler_sampler` or `ddim_sampler`.
 """
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 XHatFn = Callable[[jax.Array, jax.Array], jax.Array]
 
@@ -144,8 +157,6 @@ def ve_midpoint_sample(
 # Rectified flow
 # ---------------------------------------------------------------------------------------------------
 
-VelocityFn = Callable[[jax.Array, jax.Array], jax.Array]
-
 
 def rf_interpolate(x0: jax.Array, eps: jax.Array, t: jax.Array) -> jax.Array:
   """`x_t = (1 - t) x_0 + t eps` with `t` scalar or `(B,)`."""
@@ -176,12 +187,127 @@ def euler_step(x: jax.Array, velocity: jax.Array, t: jax.Array, t_next: jax.Arra
   return x + (t_next - t) * velocity
 
 
-def rf_euler_sample(v_fn: VelocityFn, x_init: jax.Array, ts: jax.Array) -> jax.Array:
-  """Integrates `dx/dt = v_fn(x, t)` over the grid `ts` (1 -> 0) with Euler steps; `t` is passed as `(B,)`."""
+# ---------------------------------------------------------------------------------------------------
+# DDPM (VP, epsilon prediction) and DDIM
+# ---------------------------------------------------------------------------------------------------
+
+DDIM_SPACINGS = ("linspace", "leading", "trailing")
+
+
+def linear_alpha_bars(
+  num_train_steps: int = 1000, beta_start: float = 1e-4, beta_end: float = 2e-2
+) -> jax.Array:
+  """`abar_n = prod_{i <= n} (1 - beta_i)` for betas linear in `n` (Ho et al. 2020, Sec. 4), shape `(N,)`.
+
+  The defaults are the schedule DiT, Latte and Open-Sora 1.0 train with; the product is taken in float64
+  as their reference code does, then stored as float32.
+  """
+  betas = np.linspace(beta_start, beta_end, num_train_steps, dtype=np.float64)
+  return jnp.asarray(np.cumprod(1.0 - betas), jnp.float32)
+
+
+def alpha_bar_at(alpha_bars: jax.Array, n: jax.Array) -> jax.Array:
+  """`abar_n` at integer-valued steps `n` (any shape); 1 for `n < 0`, the clean data DDIM ends at."""
+  n = jnp.asarray(n)
+  index = jnp.clip(n, 0, alpha_bars.shape[0] - 1).astype(jnp.int32)
+  return jnp.where(n >= 0, alpha_bars[index], 1.0)
+
+
+def ddpm_timesteps(rng: jax.Array, shape: tuple[int, ...], num_train_steps: int) -> jax.Array:
+  """Training steps `n ~ U{0, ..., N-1}` as float32 (the network's time input is `n`, as in DiT)."""
+  return jax.random.randint(rng, shape, 0, num_train_steps).astype(jnp.float32)
+
+
+def ddpm_perturb(x0: jax.Array, eps: jax.Array, alpha_bar: jax.Array) -> jax.Array:
+  """`x_n = sqrt(abar_n) x_0 + sqrt(1 - abar_n) eps` (Ho et al. 2020, Eq. 4); the eps-prediction
+  target is `eps`. `alpha_bar` is a scalar or `(B,)`."""
+  alpha_bar = broadcast_time(alpha_bar, x0)
+  return jnp.sqrt(alpha_bar) * x0 + jnp.sqrt(1.0 - alpha_bar) * eps
+
+
+def ddim_x0(x_t: jax.Array, eps_hat: jax.Array, alpha_bar: jax.Array) -> jax.Array:
+  """The clean-data estimate `(x_t - sqrt(1 - abar) eps_hat) / sqrt(abar)` (Song et al. 2021, Eq. 12)."""
+  alpha_bar = broadcast_time(alpha_bar, x_t)
+  return (x_t - jnp.sqrt(1.0 - alpha_bar) * eps_hat) * jax.lax.rsqrt(alpha_bar)
+
+
+def ddim_step(
+  x: jax.Array, eps_hat: jax.Array, alpha_bar: jax.Array, alpha_bar_next: jax.Array
+) -> jax.Array:
+  """Deterministic DDIM (eta = 0, Song et al. 2021, Eq. 12) from `abar` to `abar_next` (>= abar):
+  `x' = sqrt(abar') x0_hat + sqrt(1 - abar') eps_hat`. Computed in float32 at least, returned in
+  `x.dtype` so that it can be a scan carry."""
+  out_dtype, dtype = x.dtype, jnp.result_type(x.dtype, jnp.float32)
+  x, eps_hat = x.astype(dtype), eps_hat.astype(dtype)
+  x0_hat = ddim_x0(x, eps_hat, alpha_bar)
+  alpha_bar_next = broadcast_time(alpha_bar_next, x)
+  x_next = jnp.sqrt(alpha_bar_next) * x0_hat + jnp.sqrt(1.0 - alpha_bar_next) * eps_hat
+  return x_next.astype(out_dtype)
+
+
+def ddim_time_grid(
+  num_steps: int, num_train_steps: int = 1000, spacing: str = "linspace"
+) -> jax.Array:
+  """`num_steps` decreasing training steps to evaluate the network at, then -1 (the clean data).
+
+  spacing (all uniform over the `N` training steps):
+    "linspace"  `round(i (N - 1) / (K - 1))`: first step N - 1, last 0 -- guided-diffusion's respacing
+                of a plain step count, which Latte's and DiT's sampling scripts use (the default here);
+    "leading"   `i * (N // K)`: 0, N/K, ... (the DDIM paper; diffusers' default), never reaches N - 1;
+    "trailing"  `round(N - i N / K) - 1`: N - 1, ..., N/K - 1 (Lin et al. 2024): starts at pure noise.
+  """
+  if spacing not in DDIM_SPACINGS:
+    raise ValueError(f"spacing must be one of {DDIM_SPACINGS}, got {spacing!r}")
+  if not 0 < num_steps <= num_train_steps:
+    raise ValueError(f"need 0 < num_steps <= {num_train_steps}, got {num_steps}")
+  if spacing == "linspace":
+    steps = np.round(np.linspace(num_train_steps - 1, 0, num_steps))
+  elif spacing == "leading":
+    steps = (np.arange(num_steps) * (num_train_steps // num_steps))[::-1]
+  else:
+    steps = np.round(num_train_steps - np.arange(num_steps) * num_train_steps / num_steps) - 1
+  return jnp.asarray(np.append(steps, -1.0), jnp.float32)
+
+
+# ---------------------------------------------------------------------------------------------------
+# One sampling loop for either solver
+# ---------------------------------------------------------------------------------------------------
+
+StepFn = Callable[[jax.Array, jax.Array, jax.Array, jax.Array], jax.Array]
+
+
+class Sampler(NamedTuple):
+  """A deterministic sampler: the model is called at `times[j]` (its time input, as `(B,)`) and
+  `step(x, model_out, times[j], times[j + 1])` is the state at `times[j + 1]`; `len(times) - 1` steps."""
+
+  times: jax.Array
+  step: StepFn
+
+
+def euler_sampler(ts: jax.Array) -> Sampler:
+  """Euler on the rectified-flow ODE over `ts` (1 -> 0); the model predicts the velocity.
+
+  It is also deterministic DDIM for rectified flow: with `x = (1 - t) x0_hat + t eps_hat` and
+  `v_hat = eps_hat - x0_hat`, the DDIM update `x' = (1 - t') x0_hat + t' eps_hat` is `x + (t' - t) v_hat`.
+  """
+  return Sampler(times=ts, step=euler_step)
+
+
+def ddim_sampler(ts: jax.Array, alpha_bars: jax.Array) -> Sampler:
+  """Deterministic DDIM over training steps `ts` (`ddim_time_grid`); the model predicts `eps`."""
+
+  def step(x, eps_hat, n, n_next):
+    return ddim_step(x, eps_hat, alpha_bar_at(alpha_bars, n), alpha_bar_at(alpha_bars, n_next))
+
+  return Sampler(times=ts, step=step)
+
+
+def sample(model_fn: Callable, x_init: jax.Array, sampler: Sampler) -> jax.Array:
+  """Runs `sampler` from `x_init` with `model_fn(x, t)`, `t` of shape `(B,)`, in one `lax.scan`."""
 
   def step(x, times):
     t, t_next = times
-    return euler_step(x, v_fn(x, jnp.full(x.shape[:1], t)), t, t_next), None
+    return sampler.step(x, model_fn(x, jnp.full(x.shape[:1], t)), t, t_next), None
 
-  x, _ = jax.lax.scan(step, x_init, (ts[:-1], ts[1:]))
+  x, _ = jax.lax.scan(step, x_init, (sampler.times[:-1], sampler.times[1:]))
   return x

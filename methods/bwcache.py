@@ -6,16 +6,20 @@ reusing them for R steps (with periodic recomputation and a protected tail) spee
 little loss of fidelity -- far less than taking fewer steps at the same compute.
 
 Phases:
-  train  rectified-flow training of a small video DiT (`core/nn/dit.py`) on moving-shape videos
-         (`core/data/videos.py`); the `gpu` variant instead restores a DiT checkpoint from
-         `config.model.checkpoint` (orbax, this DiT's parameter layout) and trains 0 steps.
-  cache  training-free (0 steps): samples fixed noise with the uncached Euler sampler (the reference)
+  train  training of a small video DiT (`core/nn/dit.py`) on moving-shape videos
+         (`core/data/videos.py`): rectified flow (velocity target, the spec's default) or DDPM with
+         eps prediction (`config.diffusion.kind = "ddpm"`, the Latte setting). With
+         `config.model.checkpoint` the phase restores the DiT instead and trains 0 steps: an orbax
+         checkpoint of this DiT's parameters, or a Latte state dict in a `.safetensors` file
+         (`config.model.checkpoint_format = "latte"`, converted by `core/nn/dit_convert.py`).
+  cache  training-free (0 steps): samples fixed noise with the uncached sampler (the reference)
          and with every caching arm of `core/block_cache.py` -- BWCache over `config.cache.deltas` x
          `config.cache.reuse_steps`, uniform step reduction at BWCache's number of computed steps,
          fixed-interval reuse, a TeaCache-style indicator -- and reports fidelity against the reference
          (PSNR/SSIM/MSE), reuse rate, block evaluations, FLOP ratio from XLA's cost analysis, measured
          wall-clock speedup of the jitted samplers, indicator overhead, the ARL1(t) curve and the
-         step x block heat-map.
+         step x block heat-map. The sampler is Euler for rectified flow and deterministic DDIM for
+         DDPM (`config.cache.sampler`); the caching code is the same for both.
 
 The headline arm (`config.cache.delta`, `config.cache.reuse`) gives `results.json`'s `speedup_wall`,
 `speedup_flops`, `psnr_vs_uncached` and `reuse_rate`. Training is step-budgeted (not wall-time) so that
@@ -37,6 +41,7 @@ import optax
 
 from core import block_cache, diffusion, image_metrics
 from core.data import videos
+from core.nn import dit_convert
 from core.nn.dit import VideoDiT
 from methods.base import Method, Phase, Report, require, require_choice, require_positive_int
 
@@ -54,16 +59,38 @@ def video_shape(config) -> tuple[int, int, int, int]:
 
 
 def dit(config) -> VideoDiT:
+  """The DiT; its time input is `t in [0, 1]` for rectified flow and the step `n` for DDPM (as DiT)."""
   m = config.model
   return VideoDiT(
-    video_shape(config), tuple(m.patch), m.hidden, m.depth, m.heads, m.mlp_ratio, m.attention
+    video_shape(config),
+    tuple(m.patch),
+    m.hidden,
+    m.depth,
+    m.heads,
+    m.mlp_ratio,
+    m.attention,
+    positions=m.positions,
+    learn_sigma=m.learn_sigma,
+    num_classes=m.num_classes,
+    time_frequencies=m.time_frequencies,
+    time_scale=1.0 if config.diffusion.kind == "ddpm" else 1000.0,
   )
+
+
+def sample_labels(config, batch: int) -> jax.Array | None:
+  """Class labels for sampling (`cache.class_label`; -1 = the unconditional label), None if unconditional."""
+  k = config.model.num_classes
+  if not k:
+    return None
+  return jnp.full((batch,), config.cache.class_label if config.cache.class_label >= 0 else k)
 
 
 def blockwise(config) -> block_cache.BlockwiseModel:
   net = dit(config)
   return block_cache.BlockwiseModel(
-    embed=lambda p, x, t: net.apply(p, x, t, method=VideoDiT.embed),
+    embed=lambda p, x, t: net.apply(
+      p, x, t, sample_labels(config, x.shape[0]), method=VideoDiT.embed
+    ),
     run_blocks=lambda p, h, c: net.apply(p, h, c, method=VideoDiT.run_blocks),
     head=lambda p, h, c: net.apply(p, h, c, method=VideoDiT.head),
     modulation=lambda p, h, c: net.apply(p, h, c, method=VideoDiT.block_input_modulation),
@@ -84,16 +111,50 @@ def init_train_state(config, rng, inputs=None):
   x = jnp.zeros((1, *video_shape(config)))
   params = dit(config).init(rng, x, jnp.zeros((1,)))
   if config.model.checkpoint:
-    params = load_pretrained(config.model.checkpoint, params)
+    params = load_pretrained(config, params)
   return {"params": params, "ema_params": params, "opt_state": optimizer(config).init(params)}
 
 
-def load_pretrained(path: str, like):
-  """Restores DiT parameters saved by this codebase (an orbax checkpoint of the `params` tree)."""
+def load_pretrained(config, like):
+  """Reads `config.model.checkpoint` in `config.model.checkpoint_format`.
+
+  "orbax": DiT parameters saved by this codebase (an orbax checkpoint of the `params` tree).
+  "latte": a Latte state dict in a `.safetensors` file, read with `safetensors.numpy` and converted by
+  `dit_convert.latte_to_flax` (errors name any missing, unexpected or misshapen key). Latte releases
+  torch pickles (`.pt`); convert one once, offline, in an environment with torch:
+  `sd = torch.load(path, map_location="cpu")`, take its EMA weights (`sd["ema"]` where present), and
+  `safetensors.torch.save_file({k: v.float().contiguous() for k, v in sd.items()}, "latte.safetensors")`.
+  """
+  path = config.model.checkpoint
+  if config.model.checkpoint_format == "latte":
+    from safetensors.numpy import load_file
+
+    return dit_convert.latte_to_flax(load_file(path), dit(config))
   import orbax.checkpoint as ocp
 
   abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, like)
   return ocp.StandardCheckpointer().restore(path, abstract)
+
+
+def alpha_bars(config) -> jax.Array:
+  d = config.diffusion
+  return diffusion.linear_alpha_bars(d.train_steps, d.beta_start, d.beta_end)
+
+
+def training_loss(config, params, videos_batch, rng):
+  if config.diffusion.kind == "ddpm":
+    return eps_loss(config, params, videos_batch, rng)
+  return flow_loss(config, params, videos_batch, rng)
+
+
+def eps_loss(config, params, videos_batch, rng):
+  """DDPM eps regression with `n ~ U{0..N-1}` (Ho et al. 2020, Eq. 14). With `learn_sigma` the
+  variance half is not trained (no variational-bound term): DDIM with eta = 0 does not use it."""
+  n_rng, eps_rng = jax.random.split(rng)
+  n = diffusion.ddpm_timesteps(n_rng, videos_batch.shape[:1], config.diffusion.train_steps)
+  eps = jax.random.normal(eps_rng, videos_batch.shape)
+  x_n = diffusion.ddpm_perturb(videos_batch, eps, diffusion.alpha_bar_at(alpha_bars(config), n))
+  return jnp.mean(jnp.square(dit(config).apply(params, x_n, n) - eps))
 
 
 def flow_loss(config, params, videos_batch, rng):
@@ -107,7 +168,7 @@ def flow_loss(config, params, videos_batch, rng):
 
 
 def train_step(config, state, batch, rng):
-  loss, grads = jax.value_and_grad(lambda p: flow_loss(config, p, batch["video"], rng))(
+  loss, grads = jax.value_and_grad(lambda p: training_loss(config, p, batch["video"], rng))(
     state["params"]
   )
   updates, opt_state = optimizer(config).update(grads, state["opt_state"], state["params"])
@@ -122,9 +183,14 @@ def validation_loss(config, state, rng) -> dict[str, float]:
     videos.video_batch(config.seed + 1, 0, config.cache.num_videos, **_video_kwargs(config))
   )
   losses = [
-    flow_loss(config, state["ema_params"], held_out, jax.random.fold_in(rng, i)) for i in range(4)
+    training_loss(config, state["ema_params"], held_out, jax.random.fold_in(rng, i))
+    for i in range(4)
   ]
-  return {"validation_flow_loss": float(np.mean(losses))}
+  return {validation_key(config): float(np.mean(losses))}
+
+
+def validation_key(config) -> str:
+  return "validation_eps_loss" if config.diffusion.kind == "ddpm" else "validation_flow_loss"
 
 
 def _video_kwargs(config) -> dict:
@@ -137,16 +203,25 @@ def _video_kwargs(config) -> dict:
 # ---------------------------------------------------------------------------------------------------
 
 
+def sampler(config, num_steps: int) -> diffusion.Sampler:
+  """Euler over the rectified-flow grid, or deterministic DDIM over `num_steps` training steps."""
+  if config.cache.sampler == "ddim":
+    ts = diffusion.ddim_time_grid(
+      num_steps, config.diffusion.train_steps, config.cache.ddim_spacing
+    )
+    return diffusion.ddim_sampler(ts, alpha_bars(config))
+  return diffusion.euler_sampler(diffusion.rf_time_grid(num_steps, config.cache.time_shift))
+
+
 @functools.lru_cache(maxsize=64)
 def _jitted_sampler(frozen: str, policy: block_cache.CachePolicy, num_steps: int):
   """`(params, x_init, delta, reuse, threshold) -> (x, trace)`; the numeric knobs are traced."""
   config = ml_collections.ConfigDict(__import__("json").loads(frozen))
-  model = blockwise(config)
-  ts = diffusion.rf_time_grid(num_steps, config.cache.time_shift)
+  model, steps = blockwise(config), sampler(config, num_steps)
 
   def sample(params, x_init, delta, reuse, threshold):
     knobs = policy._replace(delta=delta, reuse_steps=reuse, teacache_threshold=threshold)
-    return block_cache.cached_rf_sample(model, params, x_init, ts, knobs)
+    return block_cache.cached_sample(model, params, x_init, steps, knobs)
 
   return jax.jit(sample)
 
@@ -155,10 +230,13 @@ def _jitted_sampler(frozen: str, policy: block_cache.CachePolicy, num_steps: int
 def _jitted_plain_sampler(frozen: str, num_steps: int):
   """The uncached sampler with no indicator at all: the wall-clock and FLOP baseline."""
   config = ml_collections.ConfigDict(__import__("json").loads(frozen))
-  net, ts = dit(config), diffusion.rf_time_grid(num_steps, config.cache.time_shift)
-  return jax.jit(
-    lambda params, x: diffusion.rf_euler_sample(lambda x, t: net.apply(params, x, t), x, ts)
-  )
+  net, steps = dit(config), sampler(config, num_steps)
+
+  def sample(params, x):
+    labels = sample_labels(config, x.shape[0])
+    return diffusion.sample(lambda x, t: net.apply(params, x, t, labels), x, steps)
+
+  return jax.jit(sample)
 
 
 def _frozen(config) -> str:
@@ -190,8 +268,8 @@ def _flops(fn, *args) -> float:
 
 def step_flops(config, params, x) -> dict[str, float]:
   """FLOPs of one computed step, one reused step and the indicator (XLA cost analysis)."""
-  model = blockwise(config)
-  t = jnp.full(x.shape[:1], 0.5)
+  model, times = blockwise(config), sampler(config, config.cache.num_steps).times
+  t = jnp.full(x.shape[:1], times[config.cache.num_steps // 2])
 
   def computed(p, x):
     h0, c = model.embed(p, x, t)
@@ -438,6 +516,67 @@ def validate(config: ml_collections.ConfigDict) -> None:
     f"must index the {config.model.depth} blocks",
   )
   require(config.cache.delta >= 0, "cache.delta", "must be >= 0")
+  _validate_diffusion(config)
+  _validate_checkpoint(config)
+
+
+def _validate_diffusion(config) -> None:
+  """The training target and the sampler must agree: Euler for rectified flow, DDIM for DDPM."""
+  require_choice(config, "diffusion.kind", ("rectified_flow", "ddpm"))
+  require_choice(config, "cache.sampler", ("euler", "ddim"))
+  require_choice(config, "cache.ddim_spacing", diffusion.DDIM_SPACINGS)
+  if config.diffusion.kind == "rectified_flow":
+    require(
+      config.cache.sampler == "euler",
+      "cache.sampler",
+      "'ddim' needs diffusion.kind='ddpm'; for rectified flow deterministic DDIM is the Euler step",
+    )
+    return
+  require(
+    config.cache.sampler == "ddim", "cache.sampler", "'euler' needs rectified flow; use 'ddim'"
+  )
+  require_positive_int(config, "diffusion.train_steps")
+  require(
+    config.cache.num_steps <= config.diffusion.train_steps,
+    "cache.num_steps",
+    f"DDIM takes at most diffusion.train_steps = {config.diffusion.train_steps} steps",
+  )
+  d = config.diffusion
+  require(
+    0 < d.beta_start < d.beta_end < 1, "diffusion.beta_end", "need 0 < beta_start < beta_end < 1"
+  )
+
+
+def _validate_checkpoint(config) -> None:
+  """Model options a Latte checkpoint needs, and the class label used for sampling."""
+  m = config.model
+  require_choice(config, "model.positions", ("sincos3d", "latte"))
+  require_choice(config, "model.checkpoint_format", ("orbax", "latte"))
+  require(isinstance(m.learn_sigma, bool), "model.learn_sigma", "must be a bool")
+  require(
+    isinstance(m.time_frequencies, int) and m.time_frequencies >= 0 and m.time_frequencies % 2 == 0,
+    "model.time_frequencies",
+    "must be an even int >= 0 (0 = model.hidden)",
+  )
+  if m.positions == "latte":
+    require(
+      m.attention == "alternating", "model.attention", "positions='latte' needs 'alternating'"
+    )
+    require(m.hidden % 4 == 0, "model.hidden", "positions='latte' needs a multiple of 4")
+  if m.checkpoint_format == "latte":
+    require(bool(m.checkpoint), "model.checkpoint", "checkpoint_format='latte' needs a file")
+    require(m.positions == "latte", "model.positions", "a Latte checkpoint needs 'latte'")
+    require(m.patch[0] == 1, "model.patch", "Latte patchifies each frame: patch[0] must be 1")
+  require(
+    isinstance(m.num_classes, int) and m.num_classes >= 0,
+    "model.num_classes",
+    "must be an int >= 0",
+  )
+  require(
+    -1 <= config.cache.class_label < m.num_classes,
+    "cache.class_label",
+    f"must be -1 (unconditional) or a class in [0, {m.num_classes})",
+  )
 
 
 def study_arms(config):
@@ -513,7 +652,7 @@ def report(config, results: Mapping[str, Mapping[str, float]]) -> Report:
       "step_reduction_psnr",
       "reuse_in_protected_tail",
       "indicator_overhead",
-      "validation_flow_loss",
+      validation_key(config),
     )
   }
   fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))

@@ -1,4 +1,4 @@
-"""BWCache: the video DiT, the moving-shape data, rectified flow and the caching rules."""
+"""BWCache: the video DiT, the moving-shape data, rectified flow, DDPM/DDIM and the caching rules."""
 
 import json
 import math
@@ -44,7 +44,9 @@ def model_and_params():
 
 def _sample(model, params, x, policy):
   ts = diffusion.rf_time_grid(T)
-  return jax.jit(lambda p, x: block_cache.cached_rf_sample(model, p, x, ts, policy))(params, x)
+  return jax.jit(
+    lambda p, x: block_cache.cached_sample(model, p, x, diffusion.euler_sampler(ts), policy)
+  )(params, x)
 
 
 def test_moving_shapes_are_deterministic_bounded_and_moving():
@@ -81,8 +83,83 @@ def test_rectified_flow_pieces():
   ts = diffusion.rf_time_grid(7)
   assert ts[0] == 1.0 and ts[-1] == 0.0
   # the exact velocity field of a straight path is integrated exactly by Euler
-  out = diffusion.rf_euler_sample(lambda x, t: diffusion.rf_velocity_target(x0, eps), eps, ts)
+  out = diffusion.sample(
+    lambda x, t: diffusion.rf_velocity_target(x0, eps), eps, diffusion.euler_sampler(ts)
+  )
   np.testing.assert_allclose(out, x0, atol=1e-6)
+
+
+def test_linear_schedule_and_ddim_grids():
+  alpha_bars = diffusion.linear_alpha_bars()
+  chex.assert_shape(alpha_bars, (1000,))
+  # the end points of the DDPM linear schedule (Ho et al. 2020): 1 - 1e-4 and about 4.04e-5
+  np.testing.assert_allclose([alpha_bars[0], alpha_bars[-1]], [1 - 1e-4, 4.036e-5], rtol=1e-3)
+  np.testing.assert_array_equal(
+    diffusion.alpha_bar_at(alpha_bars, jnp.array([-1.0, 0.0])), [1.0, alpha_bars[0]]
+  )
+  grids = {s: np.asarray(diffusion.ddim_time_grid(50, 1000, s)) for s in diffusion.DDIM_SPACINGS}
+  for grid in grids.values():
+    assert grid.shape == (51,) and grid[-1] == -1 and np.all(np.diff(grid) < 0)
+  assert grids["linspace"][0] == 999 and grids["linspace"][-2] == 0
+  assert grids["leading"][0] == 980 and grids["leading"][-2] == 0
+  assert grids["trailing"][0] == 999 and grids["trailing"][-2] == 19
+  with pytest.raises(ValueError, match="spacing"):
+    diffusion.ddim_time_grid(5, 1000, "uniform")
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_ddim_step_shapes_and_dtypes(dtype):
+  x = jax.random.normal(jax.random.key(0), (3, 4, 8, 8, 1), dtype)
+  eps = jax.random.normal(jax.random.key(1), x.shape, dtype)
+  for abar, abar_next in ((jnp.float32(0.3), jnp.float32(0.6)), (jnp.full(3, 0.3), jnp.ones(3))):
+    out = diffusion.ddim_step(x, eps, abar, abar_next)
+    chex.assert_shape(out, x.shape)
+    chex.assert_type(out, dtype)
+  # to abar = 1 the step returns the clean estimate
+  np.testing.assert_allclose(
+    diffusion.ddim_step(x.astype(jnp.float32), eps.astype(jnp.float32), 0.3, 1.0),
+    diffusion.ddim_x0(x.astype(jnp.float32), eps.astype(jnp.float32), 0.3),
+    rtol=1e-6,
+  )
+
+
+@pytest.mark.parametrize("spacing", diffusion.DDIM_SPACINGS)
+def test_ddim_with_the_exact_eps_recovers_a_point_mass(spacing):
+  """For data = x0 always, the optimal eps-predictor is `(x_n - sqrt(abar_n) x0) / sqrt(1 - abar_n)`;
+  every DDIM step then lands on the same trajectory and the last one returns x0 from any noise."""
+  alpha_bars = diffusion.linear_alpha_bars()
+  x0 = jax.random.uniform(jax.random.key(0), (1, 3, 4), minval=-1, maxval=1)
+
+  def eps_fn(x, n):
+    abar = diffusion.broadcast_time(diffusion.alpha_bar_at(alpha_bars, n), x)
+    return (x - jnp.sqrt(abar) * x0) / jnp.sqrt(1.0 - abar)
+
+  sampler = diffusion.ddim_sampler(diffusion.ddim_time_grid(10, 1000, spacing), alpha_bars)
+  noise = jax.random.normal(jax.random.key(1), (5, 3, 4))
+  out = jax.jit(lambda x: diffusion.sample(eps_fn, x, sampler))(noise)
+  np.testing.assert_allclose(out, jnp.broadcast_to(x0, out.shape), atol=1e-4)
+
+
+def test_delta_zero_is_the_uncached_sampler_under_ddim(model_and_params):
+  _, _, params, x = model_and_params
+  config = tiny_config()
+  config.diffusion.kind, config.cache.sampler = "ddpm", "ddim"
+  model, sampler = bwcache.blockwise(config), bwcache.sampler(config, T)
+  run = jax.jit(
+    lambda p, x, policy: block_cache.cached_sample(model, p, x, sampler, policy), static_argnums=2
+  )
+  never, trace = run(params, x, block_cache.CachePolicy(kind="bwcache", delta=0.0, reuse_steps=3))
+  uncached, _ = run(params, x, block_cache.CachePolicy(kind="none"))
+  assert bool(np.all(trace["computed"]))
+  # DDIM's first step divides by sqrt(abar_999) ~ 0.006, so the random model's samples reach ~100:
+  # float rounding of the two compiled programs is compared relative to that scale
+  np.testing.assert_allclose(never, uncached, rtol=1e-5, atol=1e-5)
+  net = bwcache.dit(config)
+  plain = diffusion.sample(lambda x, t: net.apply(params, x, t), x, sampler)
+  np.testing.assert_allclose(never, plain, rtol=1e-5, atol=1e-4)
+  # caching does skip steps under DDIM too
+  _, reused = run(params, x, block_cache.CachePolicy(kind="bwcache", delta=math.inf, reuse_steps=2))
+  assert not np.all(reused["computed"])
 
 
 def test_delta_zero_is_the_uncached_sampler(model_and_params):
@@ -95,7 +172,7 @@ def test_delta_zero_is_the_uncached_sampler(model_and_params):
   # the same arithmetic in two compiled programs: equal up to float rounding of fused kernels
   np.testing.assert_allclose(never, uncached, rtol=0, atol=1e-6)
   net, ts = bwcache.dit(config), diffusion.rf_time_grid(T)
-  plain = diffusion.rf_euler_sample(lambda x, t: net.apply(params, x, t), x, ts)
+  plain = diffusion.sample(lambda x, t: net.apply(params, x, t), x, diffusion.euler_sampler(ts))
   np.testing.assert_allclose(never, plain, atol=1e-5)
 
 
@@ -171,8 +248,45 @@ def test_smoke_run_through_the_loop(tmp_path):
   assert report.rows[0]["arm"] == "BWCache" and "psnr_and_reuse_vs_delta" in report.figures
 
 
+def test_ddpm_ddim_smoke_run_through_the_loop(tmp_path):
+  config = tiny_config()
+  config.diffusion.kind, config.cache.sampler = "ddpm", "ddim"
+  results = loop.run(config, str(tmp_path)).results
+  for key in ("speedup_wall", "psnr_vs_uncached", "reuse_rate", "validation_eps_loss"):
+    assert math.isfinite(results[key]), key
+  assert results["reuse_in_protected_tail"] == 0
+  report = bwcache.report(config, {"bwcache": results})
+  assert "validation_eps_loss" in report.summary
+
+
 def test_bad_fields_are_named(tmp_path):
   config = tiny_config()
   config.model.patch = (3, 4, 4)
   with pytest.raises(loop.ConfigError, match="config.model.patch"):
     loop.run(config, str(tmp_path))
+
+
+@pytest.mark.parametrize(
+  "overrides, field",
+  [
+    ({"cache.sampler": "ddim"}, "cache.sampler"),  # DDIM needs the ddpm parameterisation
+    ({"diffusion.kind": "ddpm"}, "cache.sampler"),  # ... and ddpm needs DDIM
+    ({"diffusion.kind": "flow"}, "diffusion.kind"),
+    (
+      {"diffusion.kind": "ddpm", "cache.sampler": "ddim", "cache.num_steps": 2000},
+      "cache.num_steps",
+    ),
+    ({"cache.ddim_spacing": "uniform"}, "cache.ddim_spacing"),
+    ({"model.positions": "latte"}, "model.attention"),
+    ({"model.checkpoint_format": "latte"}, "model.checkpoint"),
+    ({"model.checkpoint_format": "pt"}, "model.checkpoint_format"),
+    ({"cache.class_label": 0}, "cache.class_label"),
+  ],
+)
+def test_bad_diffusion_and_checkpoint_fields_are_named(overrides, field):
+  config = tiny_config()
+  for name, value in overrides.items():
+    group, key = name.split(".")
+    config[group][key] = value
+  with pytest.raises(loop.ConfigError, match=f"config.{field}:"):
+    bwcache.validate(config)

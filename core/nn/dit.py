@@ -1,8 +1,16 @@
 """A video diffusion transformer (Latte / Open-Sora-style DiT) whose blocks can be run one at a time.
 
 `x (B, F, H, W, C)` -> patchify `(pt, ph, pw)` -> tokens `(B, L, D)`, `L = F' * S` ordered frame-major
-(`S` tokens per frame) + fixed 3D sin-cos positions -> N AdaLN-Zero blocks conditioned on the timestep
--> final AdaLN + linear -> unpatchify to the input's shape.
+(`S` tokens per frame, row-major within a frame) + fixed sin-cos positions -> N AdaLN-Zero blocks
+conditioned on the timestep (and optionally a class label) -> final AdaLN + linear -> unpatchify to the
+input's shape.
+
+Positions: `"sincos3d"` adds one 3D sin-cos table to the tokens; `"latte"` is Latte's layout (Ma et al.
+2024, Sec. 3): a 2D sin-cos table per frame (first half of the channels encodes the column, second half
+the row) added to the tokens, and a 1D sin-cos table over frames added to the input of the first
+temporal block (block 1). With `learn_sigma` the final linear predicts `2C` channels per pixel (eps and
+the variance interpolation of improved DDPM) and the head keeps the first `C`: deterministic DDIM uses
+only eps. `core/nn/dit_convert.py` maps a Latte state dict onto this module.
 
 Blocks attend over all `L` tokens (`attention="full"`) or alternate spatial (within a frame) and
 temporal (across frames at one position) attention (`"alternating"`, as Latte and Open-Sora do).
@@ -22,11 +30,16 @@ import jax
 import jax.numpy as jnp
 
 
-def timestep_embedding(t: jax.Array, dim: int, max_period: float = 10_000.0) -> jax.Array:
-  """Sinusoidal features of `t` (B,) scaled to [0, 1000] as in DiT; returns (B, dim)."""
+def timestep_embedding(
+  t: jax.Array, dim: int, max_period: float = 10_000.0, scale: float = 1000.0
+) -> jax.Array:
+  """Sinusoidal features `[cos, sin]` of `scale * t` (B,) as in DiT; returns (B, dim).
+
+  `scale = 1000` maps `t` in [0, 1] to DiT's range; `scale = 1` for integer DDPM steps `t in [0, 1000)`.
+  """
   half = dim // 2
   freqs = jnp.exp(-math.log(max_period) * jnp.arange(half) / half)
-  angles = 1000.0 * t[:, None] * freqs[None]
+  angles = scale * t[:, None] * freqs[None]
   return jnp.concatenate([jnp.cos(angles), jnp.sin(angles)], axis=-1)
 
 
@@ -51,6 +64,24 @@ def sincos_3d(frames: int, height: int, width: int, dim: int) -> jax.Array:
     ],
     axis=-1,
   )
+
+
+def latte_spatial_positions(height: int, width: int, dim: int) -> jax.Array:
+  """Latte's per-frame table (height*width, dim), row-major tokens: `[sincos(col), sincos(row)]`,
+  each `dim / 2` wide (MAE's 2D sin-cos, which Latte stores as `pos_embed`)."""
+  row, col = jnp.meshgrid(jnp.arange(height), jnp.arange(width), indexing="ij")
+  return jnp.concatenate(
+    [
+      _sincos_1d(col.reshape(-1).astype(jnp.float32), dim // 2),
+      _sincos_1d(row.reshape(-1).astype(jnp.float32), dim // 2),
+    ],
+    axis=-1,
+  )
+
+
+def latte_temporal_positions(frames: int, dim: int) -> jax.Array:
+  """Latte's frame table (frames, dim), stored as `temp_embed`: 1D sin-cos of the frame index."""
+  return _sincos_1d(jnp.arange(frames, dtype=jnp.float32), dim)
 
 
 def modulate(x: jax.Array, shift: jax.Array, scale: jax.Array) -> jax.Array:
@@ -96,12 +127,18 @@ class DiTBlock(nn.Module):
       self.modulation(nn.silu(c)), 6, axis=-1
     )
     h = h + gate1[:, None] * self._attend(modulate(self.norm1(h), shift1, scale1))
-    mlp = self.mlp_out(nn.gelu(self.mlp_in(modulate(self.norm2(h), shift2, scale2))))
+    hidden = nn.gelu(self.mlp_in(modulate(self.norm2(h), shift2, scale2)), approximate=True)
+    mlp = self.mlp_out(hidden)
     return h + gate2[:, None] * mlp
 
 
 class VideoDiT(nn.Module):
-  """Velocity (or noise) prediction for videos `(B, F, H, W, C)` at times `t` (B,) in [0, 1]."""
+  """Velocity (or noise) prediction for videos `(B, F, H, W, C)` at times `t` (B,).
+
+  `t` is in [0, 1] with the default `time_scale = 1000`; DDPM models take the integer step with
+  `time_scale = 1`. With `num_classes > 0`, labels (B,) in `[0, num_classes]` are embedded and added to
+  the timestep condition; label `num_classes` (the default) is the unconditional (classifier-free) one.
+  """
 
   video_shape: tuple[int, int, int, int]  # (F, H, W, C)
   patch: tuple[int, int, int] = (1, 4, 4)
@@ -110,6 +147,11 @@ class VideoDiT(nn.Module):
   heads: int = 4
   mlp_ratio: int = 4
   attention: str = "full"  # "full" | "alternating"
+  positions: str = "sincos3d"  # "sincos3d" | "latte"
+  learn_sigma: bool = False  # the final linear also predicts a variance half, which is dropped
+  num_classes: int = 0  # > 0: class-conditional, table of num_classes + 1 rows (the last: no label)
+  time_frequencies: int = 0  # sinusoid width of the timestep embedding; 0 = hidden (Latte: 256)
+  time_scale: float = 1000.0  # the sinusoid sees time_scale * t
 
   def setup(self):
     f, h, w, _ = self.video_shape
@@ -118,6 +160,10 @@ class VideoDiT(nn.Module):
       raise ValueError(f"video_shape {self.video_shape} is not divisible by patch {self.patch}")
     if self.attention not in ("full", "alternating"):
       raise ValueError(f"attention must be 'full' or 'alternating', got {self.attention!r}")
+    if self.positions not in ("sincos3d", "latte"):
+      raise ValueError(f"positions must be 'sincos3d' or 'latte', got {self.positions!r}")
+    if self.positions == "latte" and (self.attention != "alternating" or self.hidden % 4):
+      raise ValueError("positions='latte' needs attention='alternating' and hidden divisible by 4")
     self.grid = (f // pt, h // ph, w // pw)
     self.patch_embed = nn.Dense(self.hidden)
     self.time_in = nn.Dense(self.hidden)
@@ -132,8 +178,11 @@ class VideoDiT(nn.Module):
     self.final_modulation = nn.Dense(2 * self.hidden, kernel_init=nn.initializers.zeros)
     self.final_norm = nn.LayerNorm(use_bias=False, use_scale=False)
     self.final_linear = nn.Dense(
-      pt * ph * pw * self.video_shape[3], kernel_init=nn.initializers.zeros
+      pt * ph * pw * self.video_shape[3] * (2 if self.learn_sigma else 1),
+      kernel_init=nn.initializers.zeros,
     )
+    if self.num_classes:
+      self.class_embed = nn.Embed(self.num_classes + 1, self.hidden)
 
   def patchify(self, x: jax.Array) -> jax.Array:
     b, (gf, gh, gw), (pt, ph, pw) = x.shape[0], self.grid, self.patch
@@ -145,20 +194,40 @@ class VideoDiT(nn.Module):
     x = tokens.reshape(b, gf, gh, gw, pt, ph, pw, -1).transpose(0, 1, 4, 2, 5, 3, 6, 7)
     return x.reshape(b, gf * pt, gh * ph, gw * pw, -1)
 
-  def embed(self, x: jax.Array, t: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """Tokens with positions `(B, L, D)` and the timestep condition `(B, D)`."""
+  def token_positions(self) -> jax.Array:
+    """The table added to the patch embeddings, `(L, D)`."""
+    if self.positions == "sincos3d":
+      return sincos_3d(*self.grid, self.hidden)
+    gf, gh, gw = self.grid
+    return jnp.tile(latte_spatial_positions(gh, gw, self.hidden), (gf, 1))
+
+  def frame_positions(self) -> jax.Array:
+    """Latte's frame table repeated over each frame's tokens, `(L, D)`; added before block 1."""
+    gf, gh, gw = self.grid
+    return jnp.repeat(latte_temporal_positions(gf, self.hidden), gh * gw, axis=0)
+
+  def embed(
+    self, x: jax.Array, t: jax.Array, labels: jax.Array | None = None
+  ) -> tuple[jax.Array, jax.Array]:
+    """Tokens with positions `(B, L, D)` and the condition `(B, D)` (timestep, plus class if any)."""
     if x.shape[1:] != tuple(self.video_shape) or t.shape != x.shape[:1]:
       raise ValueError(
         f"expected x (B, *{tuple(self.video_shape)}) and t (B,), got {x.shape} and {t.shape}"
       )
-    h = self.patch_embed(self.patchify(x)) + sincos_3d(*self.grid, self.hidden)[None]
-    c = self.time_out(nn.silu(self.time_in(timestep_embedding(t, self.hidden))))
+    h = self.patch_embed(self.patchify(x)) + self.token_positions()[None]
+    frequencies = timestep_embedding(t, self.time_frequencies or self.hidden, scale=self.time_scale)
+    c = self.time_out(nn.silu(self.time_in(frequencies)))
+    if self.num_classes:
+      labels = jnp.full(t.shape, self.num_classes) if labels is None else labels
+      c = c + self.class_embed(labels)
     return h, c
 
   def run_blocks(self, h: jax.Array, c: jax.Array) -> tuple[jax.Array, jax.Array]:
     """The last block's output and every block's output stacked `(N, B, L, D)`."""
     outputs = []
-    for block in self.blocks:
+    for i, block in enumerate(self.blocks):
+      if i == 1 and self.positions == "latte":
+        h = h + self.frame_positions()[None]
       h = block(h, c)
       outputs.append(h)
     return h, jnp.stack(outputs)
@@ -167,10 +236,12 @@ class VideoDiT(nn.Module):
     return self.blocks[0].modulated_input(h, c)
 
   def head(self, h: jax.Array, c: jax.Array) -> jax.Array:
+    """The final AdaLN + linear, unpatchified to `(B, F, H, W, C)` (the eps half with `learn_sigma`)."""
     shift, scale = jnp.split(self.final_modulation(nn.silu(c)), 2, axis=-1)
-    return self.unpatchify(self.final_linear(modulate(self.final_norm(h), shift, scale)))
+    out = self.unpatchify(self.final_linear(modulate(self.final_norm(h), shift, scale)))
+    return out[..., : self.video_shape[3]]
 
-  def __call__(self, x: jax.Array, t: jax.Array) -> jax.Array:
-    h, c = self.embed(x, t)
+  def __call__(self, x: jax.Array, t: jax.Array, labels: jax.Array | None = None) -> jax.Array:
+    h, c = self.embed(x, t, labels)
     h, _ = self.run_blocks(h, c)
     return self.head(h, c)
