@@ -194,7 +194,8 @@ class _PhaseRunner:
     self.shardings = shardings
     latest = self.checkpoints.latest_step()
     if latest is None:
-      state = jax.jit(lambda r: self.phase.init(r, inputs), out_shardings=shardings)(rng)
+      # `inputs` are arguments, not closed-over constants XLA would try to fold at compile time.
+      state = jax.jit(self.phase.init, out_shardings=shardings)(rng, inputs)
       self._save(0, state)
       return state, 0
     target = jax.tree.map(

@@ -90,9 +90,9 @@ def _thawed(frozen: str) -> ml_collections.ConfigDict:
 
 
 def _runtime(tree, rng):
-  """`tree` unchanged but tied to the phase's runtime `rng`. The loop closes `inputs` and our data over
-  `init`, so they are HLO constants; without this, XLA constant-folds whole fits at compile time in
-  its slow evaluator (minutes for E2's pseudolabels)."""
+  """`tree` unchanged but tied to the phase's runtime `rng`. Data closed over `init` are HLO
+  constants; without this, XLA constant-folds whole fits at compile time in its slow evaluator
+  (minutes for E2's pseudolabels)."""
   return jax.lax.optimization_barrier((tree, rng))[0]
 
 
