@@ -43,7 +43,15 @@ from core import block_cache, diffusion, image_metrics
 from core.data import videos
 from core.nn import dit_convert
 from core.nn.dit import VideoDiT
-from methods.base import Method, Phase, Report, require, require_choice, require_positive_int
+from methods.base import (
+  ConfigError,
+  Method,
+  Phase,
+  Report,
+  require,
+  require_choice,
+  require_positive_int,
+)
 
 DATA_RANGE = 2.0  # videos live in [-1, 1]
 
@@ -129,7 +137,10 @@ def load_pretrained(config, like):
   if config.model.checkpoint_format == "latte":
     from safetensors.numpy import load_file
 
-    return dit_convert.latte_to_flax(load_file(path), dit(config))
+    try:
+      return dit_convert.latte_to_flax(load_file(path), dit(config))
+    except dit_convert.CheckpointError as error:
+      raise ConfigError(f"config.model.checkpoint: {error}") from None
   import orbax.checkpoint as ocp
 
   abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, like)

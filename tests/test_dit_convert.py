@@ -19,6 +19,7 @@ from configs import bwcache as bwcache_config
 from core.nn import dit_convert
 from core.nn.dit import VideoDiT
 from methods import bwcache
+from methods.base import ConfigError
 
 F, C, S, P = 4, 4, 8, 2  # frames, latent channels, latent size, patch
 D, HEADS, DEPTH, FREQ, CLASSES = 32, 2, 2, 16, 3
@@ -240,10 +241,7 @@ def test_missing_unexpected_and_misshapen_keys_are_named():
     dit_convert.latte_to_flax(sd, latte_model(positions="sincos3d"))
 
 
-def test_safetensors_loader_through_the_method_config(tmp_path):
-  sd = latte_state_dict()
-  path = tmp_path / "latte.safetensors"
-  save_file(sd, str(path))
+def latte_method_config(path):
   config = bwcache_config.get_config()
   config.data.update(frames=F, size=S, channels=C)
   config.model.update(
@@ -261,7 +259,24 @@ def test_safetensors_loader_through_the_method_config(tmp_path):
   )
   config.diffusion.kind = "ddpm"
   config.cache.sampler = "ddim"
+  return config
+
+
+def test_safetensors_loader_through_the_method_config(tmp_path):
+  sd = latte_state_dict()
+  path = tmp_path / "latte.safetensors"
+  save_file(sd, str(path))
+  config = latte_method_config(path)
   bwcache.validate(config)
   state = bwcache.init_train_state(config, jax.random.key(0))
   chex.assert_trees_all_equal(state["params"], dit_convert.latte_to_flax(sd, latte_model()))
   assert bwcache.phases(config)[0].num_steps == 0
+
+
+def test_loader_names_the_config_field_for_a_bad_state_dict(tmp_path):
+  sd = latte_state_dict()
+  del sd["final_layer.linear.bias"]
+  path = tmp_path / "latte.safetensors"
+  save_file(sd, str(path))
+  with pytest.raises(ConfigError, match=r"config.model.checkpoint: .*final_layer.linear.bias"):
+    bwcache.init_train_state(latte_method_config(path), jax.random.key(0))
