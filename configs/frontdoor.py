@@ -10,8 +10,8 @@ Variants:
   weak      the weak-overlap DGP at kappa = 6.
   study     the spec's §6 at CPU scale, RFF final stage, 10 replications per point: n in
             {1k, 2k, 4k, 8k} at delta = 0 and at delta = 1 (nuisances at the n^-1/4 rate), delta in
-            {0, .25, .5, 1}, weak-overlap kappa in {2, 6, 10} and front-door violation alpha_u in
-            {0, .5, 1} at n = 4000, plus the optional econml / doubleml / fd-cate arm when installed
+            {0, .25, .5, 1}, weak-overlap kappa in {2, 6, 10} (at delta = 0 and 1) and front-door
+            violation alpha_u in {0, .5, 1} at n = 4000, plus the optional econml / doubleml / fd-cate arm when installed
             (pip install -e ".[frontdoor]"); about 10 minutes on 2 CPU cores.
   gpu       the paper's grid: n up to 50k, delta in {0, .15, .3, .45, .6, .85, 1} at n = 5000,
             kappa in {2, 4, 6, 8, 10}; one vmap over replications per point. Not run here.

@@ -1,4 +1,4 @@
-"""Timing shared by the kernel benchmarks."""
+"""Timing shared by the benchmarks (kernel vs reference, and the front-door parity run)."""
 
 import statistics
 import time

@@ -18,7 +18,8 @@ The plug-in, FD-DR and back-door learners share their 2-fold nuisances (one fit 
 learners, and the author's fd-cate for a parity check (difference in tau estimates, speed ratio).
 
 The study (`configs/frontdoor.py:study`) sweeps n (at delta = 0 and at delta = 1, the n^-1/4 rate),
-delta, the overlap strength kappa of the weak-overlap DGP, and the front-door violation alpha_u.
+delta, the overlap strength kappa of the weak-overlap DGP (at both deltas), and the front-door
+violation alpha_u.
 """
 
 from __future__ import annotations
@@ -171,9 +172,9 @@ def _grid_arms(config):
   points = [("n", n, dict(data__n=n, delta=0.0)) for n in study.sizes]
   points += [("n_slow", n, dict(data__n=n, delta=study.slow_delta)) for n in study.sizes]
   points += [("delta", v, dict(delta=v)) for v in study.deltas]
-  points += [
-    ("kappa", v, dict(data__dgp="weak_overlap", data__kappa=v, delta=0.0)) for v in study.kappas
-  ]
+  for sweep, delta in (("kappa", 0.0), ("kappa_slow", study.slow_delta)):
+    weak = dict(data__dgp="weak_overlap", delta=delta)
+    points += [(sweep, v, dict(weak, data__kappa=v)) for v in study.kappas]
   points += [("alpha_u", v, dict(data__alpha_u=v, delta=0.0)) for v in study.alpha_us]
   grid = []
   for sweep, value, fields in points:
@@ -251,7 +252,7 @@ def report(config, results: Mapping[str, Mapping[str, float]]) -> Report:
       "RMSE of out-of-fold tau(C_i): mean ± 1.96 s.e. over "
       f"{config.replications} replications; final stage {config.final_stage!r}. Sweeps: n at "
       f"delta = 0 ('n') and delta = {config.study.slow_delta:g} ('n_slow', nuisances at the "
-      f"n^-1/4 rate); delta, weak-overlap kappa and front-door violation alpha_u at n = "
+      f"n^-1/4 rate); delta, weak-overlap kappa (at both deltas) and front-door violation alpha_u at n = "
       f"{config.study.n}. 'backdoor' is the naive DR-learner of X -> Y given C; ate_naive the "
       "unadjusted contrast. External baselines run: "
       f"{list(_external_baselines(config)) or 'none (pip install -e .[frontdoor])'}."
@@ -280,10 +281,11 @@ def _summary(config, grid, results) -> dict[str, float]:
   low, high = results[deltas[0][1]], results[deltas[-1][1]]
   for method in LEARNERS[:3]:
     summary[f"rmse_growth_delta_{method}"] = high[f"rmse_{method}"] / low[f"rmse_{method}"]
-  kappas = _sweep(grid, "kappa")
-  for method in LEARNERS[:3]:
-    values = [results[name][f"rmse_{method}"] for _, name in kappas]
-    summary[f"rmse_growth_kappa_{method}"] = values[-1] / values[0]
+  for sweep in ("kappa", "kappa_slow"):
+    kappas = _sweep(grid, sweep)
+    for method in LEARNERS[:3]:
+      values = [results[name][f"rmse_{method}"] for _, name in kappas]
+      summary[f"rmse_growth_{sweep}_{method}"] = values[-1] / values[0]
   base = results[deltas[0][1]]
   summary["ate_true"] = base["ate_true"]
   summary["ate_backdoor"] = base["ate_backdoor"]
@@ -301,10 +303,12 @@ def _figure(config, grid, results):
     ("n", "n (delta = 0)", True),
     ("n_slow", f"n (delta = {config.study.slow_delta:g})", True),
     ("delta", f"delta (n = {config.study.n})", False),
-    ("kappa", "overlap kappa (weak-overlap DGP)", False),
+    ("kappa", "weak-overlap kappa (delta = 0)", False),
+    ("kappa_slow", f"weak-overlap kappa (delta = {config.study.slow_delta:g})", False),
     ("alpha_u", "front-door violation alpha_u", False),
   ]
-  fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6))
+  fig, axes = plt.subplots(2, 3, figsize=(13, 7.5))
+  axes = axes.ravel()
   for ax, (sweep, label, log) in zip(axes, panels, strict=True):
     points = _sweep(grid, sweep)
     values = [v for v, _ in points]

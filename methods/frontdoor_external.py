@@ -9,7 +9,8 @@ All run on one simulated data set (numpy arrays) of `methods/frontdoor.py`:
 - `fdcate`: parity with fd-cate 0.1.1 (`FDCATE(method="fd-dr" | "fd-r")`, XGBoost nuisances) against
   this codebase's FD-DR and FD-R (logistic/RFF nuisances, linear final stage as the author) on the
   same arrays: RMSE of each against the true tau, the RMSE between the two out-of-fold estimates,
-  their correlation, and the wall-time ratio fd-cate / ours (ours timed after compilation). The
+  their correlation, and the wall-time ratio fd-cate / ours (medians of 3 fits after a first
+  one, which compiles ours). The
   nuisance learners differ, so the estimates agree only up to nuisance error.
 
 Nuisance models of the back-door baselines are scikit-learn's histogram gradient boosting (fast
@@ -19,14 +20,15 @@ on 2 cores) and logistic regression; every result key starts with the baseline's
 from __future__ import annotations
 
 import importlib
-import time
 
 import numpy as np
 
 from core.causal.frontdoor import FrontDoorLearner
+from kernels.timing import median_seconds
 
 _PACKAGES = {"econml": "econml", "doubleml": "doubleml", "fdcate": "fd_cate"}
 _PARITY_METHODS = {"dr": "fd-dr", "r": "fd-r"}
+_TIMING_REPEATS = 3
 
 
 def _require(name: str):
@@ -82,19 +84,15 @@ def doubleml_backdoor(c, x, y, seed: int) -> dict[str, float]:
   return {"doubleml_ate": float(model.coef[0]), "doubleml_ate_se": float(model.se[0])}
 
 
-def _timed(fn):
-  start = time.perf_counter()
-  result = fn()
-  return result, time.perf_counter() - start
-
-
 def _parity(fd_cate, ours_name: str, c, x, z, y, tau, seed: int) -> dict[str, float]:
   """One learner of this codebase against its fd-cate counterpart on the same arrays."""
-  learner = lambda: FrontDoorLearner(method=ours_name, final_stage="linear", seed=seed)
-  learner().fit(c, x, z, y)  # compiles, so the timing below is of the fit alone
-  ours, ours_seconds = _timed(lambda: learner().fit(c, x, z, y).oof_effect())
+  learner = FrontDoorLearner(method=ours_name, final_stage="linear", seed=seed)
+  fit_ours = lambda: learner.fit(c, x, z, y).oof_effect()  # numpy: waits for the device
   estimator = fd_cate.FDCATE(method=_PARITY_METHODS[ours_name], random_state=seed, n_jobs=1)
-  theirs_model, theirs_seconds = _timed(lambda: estimator.fit(c, y, t=x, m=z))
+  fit_theirs = lambda: estimator.fit(c, y, t=x, m=z)
+  ours_seconds = median_seconds(fit_ours, repeats=_TIMING_REPEATS)
+  theirs_seconds = median_seconds(fit_theirs, repeats=_TIMING_REPEATS)
+  ours, theirs_model = fit_ours(), fit_theirs()
   theirs = np.asarray(theirs_model.tau_train_)
   prefix = f"parity_{ours_name}"
   return {
