@@ -282,16 +282,16 @@ class _PhaseRunner:
     results = {}
     if self.phase.evaluate is not None:
       results = {
-        name: float(value) for name, value in self.phase.evaluate(state, rng, inputs).items()
+        name: _result_value(value)
+        for name, value in self.phase.evaluate(state, rng, inputs).items()
       }
       logging.info("[%s] evaluation: %s", self.phase.name, _format(results))
     if self.phase.artifacts is not None and self.is_writer:
       for stem, artifact in self.phase.artifacts(state, jax.random.fold_in(rng, 1), inputs).items():
         _write_artifact(self.workdir, stem, artifact)
     if self.is_writer:
-      self.writer.write(
-        self.phase.name, self.phase.num_steps, {f"eval/{k}": v for k, v in results.items()}
-      )
+      scalars = {f"eval/{k}": v for k, v in results.items() if isinstance(v, float)}
+      self.writer.write(self.phase.name, self.phase.num_steps, scalars)
       _write_json(self.evaluation_path, results)
     return results
 
@@ -377,8 +377,17 @@ def _merge_results(results: dict, phase_results: Mapping[str, float], phase: str
   results.update(phase_results)
 
 
-def _format(results: Mapping[str, float]) -> str:
-  return ", ".join(f"{k}={v:.5g}" for k, v in results.items())
+def _result_value(value) -> float | list:
+  """A scalar as a float; an array as nested lists of floats (results.json only, not metrics)."""
+  array = np.asarray(value, np.float64)
+  return float(array) if array.ndim == 0 else array.tolist()
+
+
+def _format(results: Mapping[str, float | list]) -> str:
+  return ", ".join(
+    f"{k}={v:.5g}" if isinstance(v, float) else f"{k}=[{np.size(v)} values]"
+    for k, v in results.items()
+  )
 
 
 def _write_json(path: str, payload) -> None:

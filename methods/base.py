@@ -62,7 +62,9 @@ class Phase:
       the batch sharded over the mesh's data axis, scalars in `metrics` replicated. Must return a
       scalar `loss` in metrics: it is the NaN guard's signal.
     data: `inputs -> DataSource`, or None when the step makes its own data.
-    evaluate: `(state, rng, inputs) -> {name: number}`; goes into `results.json`.
+    evaluate: `(state, rng, inputs) -> {name: scalar or array}`; goes into `results.json`.
+      Scalars also go to the metrics (metrics.jsonl, TensorBoard); arrays (curves, per-seed values)
+      are stored as nested lists in `results.json` only.
     artifacts: `(state, rng, inputs) -> {file stem: image array or matplotlib figure}`.
     outputs: `(state, inputs) -> pytree` handed to later phases (default: the state).
     state_sharding: `(mesh, abstract_state) -> sharding pytree`; default replicates every leaf.

@@ -10,7 +10,8 @@ One evaluate-only phase, `simulate` (an estimator pipeline: no optimiser steps).
 plug-in, FD-DR, FD-R and the naive back-door DR-learner (`core/causal`) on the same arrays, with the
 §4 nuisance perturbation `config.delta`, and scores the out-of-fold tau(C_i) against the truth. The
 replications are one `jax.vmap` over seeds. Results are means over replications with standard
-errors, each replication's RMSEs (`rep/<r>/rmse_<learner>`, for slopes with intervals), and the ATEs.
+errors, each replication's RMSEs (`rmse_<learner>/replications`, for slopes with intervals), and
+the ATEs.
 The plug-in, FD-DR and back-door learners share their 2-fold nuisances (one fit per fold).
 
 `config.external` names optional packages run on the first replication's arrays
@@ -47,7 +48,7 @@ from methods.base import (
 LEARNERS = ("plugin", "dr", "r", "backdoor")
 TWO_FOLD_LEARNERS = ("plugin", "dr", "backdoor")  # share 2-fold nuisances; "r" has its own 3 folds
 EXTERNAL = ("econml", "doubleml", "fdcate")
-REPLICATION_PREFIX = "rep"
+PER_REPLICATION = "/replications"  # suffix of the (R,) array of a metric's per-replication values
 
 
 def simulate(config, key) -> dgp.FrontDoorSample:
@@ -98,7 +99,7 @@ def replications(config, rng: jax.Array) -> dict[str, np.ndarray]:
   return jax.tree.map(np.asarray, jax.vmap(lambda key: replication(config, key))(keys))
 
 
-def summarise(runs: Mapping[str, np.ndarray]) -> dict[str, float]:
+def summarise(runs: Mapping[str, np.ndarray]) -> dict[str, float | np.ndarray]:
   """Means over replications, standard errors of the RMSEs, and each replication's RMSEs."""
   results = {}
   for name, values in runs.items():
@@ -106,8 +107,7 @@ def summarise(runs: Mapping[str, np.ndarray]) -> dict[str, float]:
     if name.startswith("rmse_"):
       if values.size > 1:
         results[f"{name}_stderr"] = float(values.std(ddof=1) / math.sqrt(values.size))
-      for r, value in enumerate(values):
-        results[f"{REPLICATION_PREFIX}/{r}/{name}"] = float(value)
+      results[f"{name}{PER_REPLICATION}"] = values
   return results
 
 
@@ -219,11 +219,8 @@ def _interval(arm: Mapping[str, float], key: str) -> tuple[float, float]:
 def loglog_slope(sizes, arms, method: str) -> tuple[float, float]:
   """Slope of log RMSE on log n, fitted per replication: mean and 95% half-width."""
   log_n = np.log(np.asarray(sizes, float))
-  reps = sorted({int(k.split("/")[1]) for k in arms[0] if k.startswith(f"{REPLICATION_PREFIX}/")})
-  slopes = [
-    np.polyfit(log_n, [np.log(a[f"{REPLICATION_PREFIX}/{r}/rmse_{method}"]) for a in arms], 1)[0]
-    for r in reps
-  ]
+  log_rmse = np.log([np.asarray(arm[f"rmse_{method}{PER_REPLICATION}"]) for arm in arms])
+  slopes = np.polyfit(log_n, log_rmse, 1)[0]  # one fit per replication (column)
   half = 1.96 * np.std(slopes, ddof=1) / np.sqrt(len(slopes)) if len(slopes) > 1 else float("nan")
   return float(np.mean(slopes)), float(half)
 
@@ -320,6 +317,8 @@ def _figure(config, grid, results):
     if log:
       ax.set_xscale("log")
       ax.set_yscale("log")
+      ax.set_xticks(values, [f"{v:g}" for v in values], minor=False)
+      ax.minorticks_off()
     ax.set_xlabel(label)
     ax.set_ylabel("RMSE of tau(C)")
   axes[0].legend()

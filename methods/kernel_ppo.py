@@ -576,10 +576,10 @@ def baseline_config(config) -> ml_collections.ConfigDict:
   return _arm(config, algorithm="ppo", schedule__extra_powers=(), sampling__growth=0.0)
 
 
-def group_results(curve, curve_steps, returns, prefix: str) -> dict[str, float]:
-  """Final returns (mean and std over seeds of the per-seed mean) and the learning curve of one
-  exponent's seeds: `curve (seeds, loop steps)` (NaN before a seed's first episode ended; points
-  before any seed's are left out), `returns (seeds, episodes)`."""
+def group_results(curve, curve_steps, returns, prefix: str) -> dict[str, Any]:
+  """Final returns (mean and std over seeds of the per-seed mean) and the learning curve (arrays
+  over loop steps) of one exponent's seeds: `curve (seeds, loop steps)` (NaN before a seed's first
+  episode ended; points before any seed's are left out), `returns (seeds, episodes)`."""
   per_seed = returns.mean(axis=1)
   started = ~np.all(np.isnan(curve), axis=0)
   results = {
@@ -588,10 +588,10 @@ def group_results(curve, curve_steps, returns, prefix: str) -> dict[str, float]:
     f"{prefix}final_return_min_seed": float(per_seed.min()),
     f"{prefix}train_return_last_mean": float(np.nanmean(curve[:, -1])) if started[-1] else -np.inf,
   }
-  for i in np.flatnonzero(started):
-    results[f"{prefix}curve/{i:04d}/env_steps"] = float(curve_steps[i])
-    results[f"{prefix}curve/{i:04d}/return_mean"] = float(np.nanmean(curve[:, i]))
-    results[f"{prefix}curve/{i:04d}/return_std"] = float(np.nanstd(curve[:, i]))
+  curve = curve[:, started]
+  results[f"{prefix}curve/env_steps"] = curve_steps[started]
+  results[f"{prefix}curve/return_mean"] = np.nanmean(curve, axis=0)
+  results[f"{prefix}curve/return_std"] = np.nanstd(curve, axis=0)
   return results
 
 
@@ -618,11 +618,9 @@ def evaluate(config, state, rng) -> dict[str, float]:
   return results
 
 
-def curve_of(results: Mapping[str, float], prefix: str = ""):
+def curve_of(results: Mapping[str, Any], prefix: str = ""):
   """`(env steps, mean return, std over seeds)` per loop step from an evaluation's results."""
-  head = f"{prefix}curve/"
-  indices = sorted({key[len(head) :].split("/")[0] for key in results if key.startswith(head)})
-  get = lambda field: np.array([results[f"{head}{i}/{field}"] for i in indices])
+  get = lambda field: np.asarray(results[f"{prefix}curve/{field}"], np.float64)
   return get("env_steps"), get("return_mean"), get("return_std")
 
 

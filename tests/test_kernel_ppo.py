@@ -387,10 +387,9 @@ def _fake_arm(final, curve, prefix="", extra=None):
     "num_updates": 10.0,
     "env_steps_per_second": 1000.0,
   }
-  for i, value in enumerate(curve):
-    results[f"{prefix}curve/{i:04d}/env_steps"] = 100.0 * (i + 1)
-    results[f"{prefix}curve/{i:04d}/return_mean"] = value
-    results[f"{prefix}curve/{i:04d}/return_std"] = 0.0
+  results[f"{prefix}curve/env_steps"] = [100.0 * (i + 1) for i in range(len(curve))]
+  results[f"{prefix}curve/return_mean"] = list(curve)
+  results[f"{prefix}curve/return_std"] = [0.0] * len(curve)
   return {**results, **(extra or {})}
 
 

@@ -44,9 +44,12 @@ def test_run_writes_the_workdir_and_chains_phases(tmp_path):
     assert os.path.exists(tmp_path / name), name
   with open(tmp_path / "results.json") as f:
     results = json.load(f)
-  assert set(results) == {"w_error", "w_norm"}
+  assert set(results) == {"w_error", "w_norm", "w_abs"}
   assert summary.step_traces == {"fit": 1, "check": 0}
+  assert len(results["w_abs"]) == 3 and summary.results["w_abs"] == results["w_abs"]
   rows = _rows(tmp_path)
+  evaluations = [r for r in rows if r["phase"] == "check"]
+  assert "eval/w_norm" in evaluations[0] and "eval/w_abs" not in evaluations[0]
   assert [r["step"] for r in rows if r["phase"] == "fit" and "loss" in r] == list(range(1, 13))
 
 

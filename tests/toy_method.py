@@ -70,7 +70,10 @@ def _phases(config):
     name="check",
     num_steps=0,
     init=lambda rng, inputs: {"w": inputs["fit"]},
-    evaluate=lambda state, rng, inputs: {"w_norm": float(jnp.linalg.norm(state["w"]))},
+    evaluate=lambda state, rng, inputs: {
+      "w_norm": float(jnp.linalg.norm(state["w"])),
+      "w_abs": jnp.abs(state["w"]),  # an array result: results.json only
+    },
   )
   return [fit, check]
 
