@@ -198,7 +198,9 @@ def perturb_nuisances(
   """The §4 nuisance-rate stress: p ← clip(p + δε), μ ← μ + δε, ε ~ N(n^{-1/4}, var n^{-1/4}).
 
   Only the numerator copies `e1`, `q1` and `m` change (author's `shrink_prob`/`shrink_regression`
-  in `nuisance_cache_on`); probabilities are clipped to [1e-6, 1 − 1e-6]. Shapes are free.
+  in `nuisance_cache_on`); probabilities are clipped to [1e-6, 1 − 1e-6]. Shapes are free. The
+  author draws q(1|X_i, C_i) at the observed arm independently of the table q(1|x, C_i); here it is
+  read from the one perturbed (n, 2) table, so it shares that arm's draw (same marginal law).
   """
   rate = float(n) ** -0.25
   key_e, key_q, key_m = jax.random.split(key, 3)
