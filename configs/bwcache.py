@@ -8,6 +8,8 @@ Variants:
   default   trains a 6-block video DiT (8 frames of 16x16, ~0.3M parameters) with rectified flow on
             moving-shape videos for a few CPU minutes, then runs the cache arms (30 Euler steps).
   study     the same model; the cache phase sweeps delta x R and writes the table and figures.
+  study_ddim  the study on the same DiT trained as a DDPM (eps prediction, linear betas) and sampled
+            with deterministic DDIM over 30 steps: the Latte setting at CPU scale.
   gpu       Latte-XL/2 (Latte's alternating spatial/temporal DiT: hidden 1152, 28 blocks, 16 heads,
             patch 2, learned sigma) restored from --config.model.checkpoint, a Latte state dict saved
             as .safetensors (see methods/bwcache.py:load_pretrained; the train phase then runs 0
@@ -17,6 +19,7 @@ Variants:
 
   python experiments/train.py --config=configs/bwcache.py
   python experiments/study.py --config=configs/bwcache.py:study --workdir=runs/bwcache_study
+  python experiments/study.py --config=configs/bwcache.py:study_ddim --workdir=runs/bwcache_ddim
   python experiments/train.py --config=configs/bwcache.py:gpu \
     --config.model.checkpoint=/data/latte_ffs.safetensors --workdir=runs/bwcache_latte
 """
@@ -25,7 +28,7 @@ import ml_collections
 
 from configs import common
 
-VARIANTS = ("default", "study", "gpu")
+VARIANTS = ("default", "study", "study_ddim", "gpu")
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -74,6 +77,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.cache.sampler = "euler"  # "euler" (rectified flow) | "ddim" (ddpm, deterministic, eta = 0)
   config.cache.time_shift = 1.0  # rectified-flow time-grid shift (1 = uniform)
   config.cache.ddim_spacing = "linspace"  # "linspace" (Latte, DiT) | "leading" | "trailing"
+  config.cache.clip_denoised = (
+    True  # DDIM: clip x0_hat to the pixel range [-1, 1] (not for latents)
+  )
   config.cache.class_label = -1  # label sampled with num_classes > 0; -1 = unconditional
   config.cache.num_videos = 16  # fixed-noise videos sampled by every arm
   # Headline threshold. The paper's default is 0.15 on large video DiTs; this small DiT's mean block
@@ -92,7 +98,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.loop = common.loop_config(log_every=100, checkpoint_every=500)
   common.add_parallelism(config)
 
-  if variant == "study":
+  if variant == "study_ddim":
+    config.diffusion.kind = "ddpm"
+    config.cache.sampler = "ddim"
+  if variant in ("study", "study_ddim"):
     config.cache.deltas = (0.02, 0.03, 0.04, 0.05, 0.07, 0.1, 0.15)
     config.cache.reuse_steps = (1, 3, 6)
   if variant == "gpu":
@@ -114,5 +123,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.diffusion.kind = "ddpm"
     config.batch_size = 32
     # 28 blocks x 8 videos x 4096 tokens x 1152 floats of previous block outputs: about 4 GiB
-    config.cache.update(sampler="ddim", num_steps=50, num_videos=8, reuse=5)
+    config.cache.update(
+      sampler="ddim",
+      num_steps=50,
+      num_videos=8,
+      reuse=5,
+      clip_denoised=False,  # latents
+    )
   return config

@@ -232,14 +232,28 @@ def ddim_x0(x_t: jax.Array, eps_hat: jax.Array, alpha_bar: jax.Array) -> jax.Arr
 
 
 def ddim_step(
-  x: jax.Array, eps_hat: jax.Array, alpha_bar: jax.Array, alpha_bar_next: jax.Array
+  x: jax.Array,
+  eps_hat: jax.Array,
+  alpha_bar: jax.Array,
+  alpha_bar_next: jax.Array,
+  clip_x0: float | None = None,
 ) -> jax.Array:
   """Deterministic DDIM (eta = 0, Song et al. 2021, Eq. 12) from `abar` to `abar_next` (>= abar):
   `x' = sqrt(abar') x0_hat + sqrt(1 - abar') eps_hat`. Computed in float32 at least, returned in
-  `x.dtype` so that it can be a scan carry."""
+  `x.dtype` so that it can be a scan carry.
+
+  `clip_x0 = c` clips x0_hat to [-c, c] and re-derives eps_hat from it (guided-diffusion's
+  `clip_denoised`, for pixel data in a known range): near abar = 0 the division by sqrt(abar)
+  amplifies the model's eps error (x 157 at the first of 1000 linear-beta steps), and without the
+  clip that error is carried to the end. Leave it None for latents of unbounded range.
+  """
   out_dtype, dtype = x.dtype, jnp.result_type(x.dtype, jnp.float32)
   x, eps_hat = x.astype(dtype), eps_hat.astype(dtype)
   x0_hat = ddim_x0(x, eps_hat, alpha_bar)
+  if clip_x0 is not None:
+    x0_hat = jnp.clip(x0_hat, -clip_x0, clip_x0)
+    abar = broadcast_time(alpha_bar, x)
+    eps_hat = (x - jnp.sqrt(abar) * x0_hat) * jax.lax.rsqrt(1.0 - abar)
   alpha_bar_next = broadcast_time(alpha_bar_next, x)
   x_next = jnp.sqrt(alpha_bar_next) * x0_hat + jnp.sqrt(1.0 - alpha_bar_next) * eps_hat
   return x_next.astype(out_dtype)
@@ -293,11 +307,13 @@ def euler_sampler(ts: jax.Array) -> Sampler:
   return Sampler(times=ts, step=euler_step)
 
 
-def ddim_sampler(ts: jax.Array, alpha_bars: jax.Array) -> Sampler:
-  """Deterministic DDIM over training steps `ts` (`ddim_time_grid`); the model predicts `eps`."""
+def ddim_sampler(ts: jax.Array, alpha_bars: jax.Array, clip_x0: float | None = None) -> Sampler:
+  """Deterministic DDIM over training steps `ts` (`ddim_time_grid`); the model predicts `eps`.
+  `clip_x0` as in `ddim_step`."""
 
   def step(x, eps_hat, n, n_next):
-    return ddim_step(x, eps_hat, alpha_bar_at(alpha_bars, n), alpha_bar_at(alpha_bars, n_next))
+    abar, abar_next = alpha_bar_at(alpha_bars, n), alpha_bar_at(alpha_bars, n_next)
+    return ddim_step(x, eps_hat, abar, abar_next, clip_x0)
 
   return Sampler(times=ts, step=step)
 

@@ -220,7 +220,8 @@ def sampler(config, num_steps: int) -> diffusion.Sampler:
     ts = diffusion.ddim_time_grid(
       num_steps, config.diffusion.train_steps, config.cache.ddim_spacing
     )
-    return diffusion.ddim_sampler(ts, alpha_bars(config))
+    clip = DATA_RANGE / 2 if config.cache.clip_denoised else None  # videos live in [-1, 1]
+    return diffusion.ddim_sampler(ts, alpha_bars(config), clip)
   return diffusion.euler_sampler(diffusion.rf_time_grid(num_steps, config.cache.time_shift))
 
 

@@ -140,6 +140,21 @@ def test_ddim_with_the_exact_eps_recovers_a_point_mass(spacing):
   np.testing.assert_allclose(out, jnp.broadcast_to(x0, out.shape), atol=1e-4)
 
 
+def test_ddim_clip_is_inert_inside_the_range_and_bounds_a_bad_eps():
+  alpha_bars = diffusion.linear_alpha_bars()
+  x0 = jax.random.uniform(jax.random.key(0), (2, 3, 4), minval=-0.9, maxval=0.9)
+  eps = jax.random.normal(jax.random.key(1), x0.shape)
+  abar, abar_next = diffusion.alpha_bar_at(alpha_bars, 999), diffusion.alpha_bar_at(alpha_bars, 965)
+  x = diffusion.ddpm_perturb(x0, eps, abar)
+  exact = diffusion.ddim_step(x, eps, abar, abar_next)
+  np.testing.assert_allclose(diffusion.ddim_step(x, eps, abar, abar_next, 1.0), exact, atol=1e-4)
+  wrong_eps = eps + 0.5  # x0_hat off by 0.5 / sqrt(abar) ~ 80
+  free = diffusion.ddim_step(x, wrong_eps, abar, abar_next)
+  clipped = diffusion.ddim_step(x, wrong_eps, abar, abar_next, 1.0)
+  assert float(jnp.max(jnp.abs(diffusion.ddim_x0(clipped, eps, abar_next)))) < 5.0
+  assert float(jnp.max(jnp.abs(free - exact))) > 10 * float(jnp.max(jnp.abs(clipped - exact)))
+
+
 def test_delta_zero_is_the_uncached_sampler_under_ddim(model_and_params):
   _, _, params, x = model_and_params
   config = tiny_config()
