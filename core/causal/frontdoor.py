@@ -13,7 +13,8 @@ Map to the paper and spec:
   `tau_fd_r_3way_oof_smoothed`.
 - `stabilise`: numerators clipped to [1e-6, 1 − 1e-6], denominators floored to [floor, 1 − floor].
 - `fold_assignment`, `fold_masks`, `three_way_roles`: 2-fold / K-fold and 3-way cross-fitting.
-- `fit_frontdoor` (two jitted programs: `fit_predict_nuisances` per fold, then `fit_stages`),
+- `fit_frontdoor` (two jitted programs: `fit_predict_nuisances` vmapped over folds, then
+  `fit_stages`, which vmaps its regressions over folds or 3-way roles),
   `predict_effect`, `bootstrap_fits`, `percentile_interval`: the pipeline.
 - `FrontDoorLearner`: the sklearn-style wrapper with input validation.
 - method "backdoor": the naive back-door DR-learner (`core.causal.backdoor`) on the same folds,
@@ -198,16 +199,10 @@ def fit_predict_nuisances(
 def crossfit_nuisances(
   c, x, z, y, train_weights, key, num_rff_features: int = 256, logistic_l2: float = 1e-3
 ) -> tuple[NuisanceModels, nz.NuisanceCache]:
-  """`fit_predict_nuisances` for each row of `train_weights` (K, n), stacked on a leading axis.
-
-  A Python loop rather than vmap, so one compiled program serves every fold count.
-  """
+  """`fit_predict_nuisances` vmapped over the rows of `train_weights` (K, n): one fit per fold."""
   keys = jax.random.split(key, train_weights.shape[0])
-  fits = [
-    fit_predict_nuisances(c, x, z, y, w, k, num_rff_features, logistic_l2)
-    for w, k in zip(train_weights, keys, strict=True)
-  ]
-  return jax.tree.map(lambda *leaves: jnp.stack(leaves), *fits)
+  fit = lambda w, k: fit_predict_nuisances(c, x, z, y, w, k, num_rff_features, logistic_l2)
+  return jax.vmap(fit)(train_weights, keys)
 
 
 def stabilise(cache: nz.NuisanceCache, floor: float) -> nz.NuisanceCache:
@@ -450,8 +445,8 @@ def fit_frontdoor(
   FD-DR and FD-PI fit nuisances on the complement of each fold and evaluate on the fold; FD-R fits
   nuisances on one fold, b and g on another and the final stage on the third (§3). `delta` > 0
   applies the §4 perturbation to the numerator nuisances. Pure: it vmaps over replications, keys
-  and `delta`. It is two jitted programs (the nuisances, shared by every method with the same
-  folds count, and the stages), so eager callers compile each once.
+  and `delta`, and vmaps over folds inside. It is two jitted programs (the nuisances, shared by
+  every method with the same fold count, and the stages), so eager callers compile each once.
   """
   return fit_frontdoor_methods(
     c, x, z, y, weights, {config.num_folds: folds}, key, [config], delta
