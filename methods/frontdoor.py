@@ -64,6 +64,7 @@ def learner_config(config, method: str) -> fd.FrontDoorConfig:
     final_stage=config.final_stage,
     num_folds=3 if method == "r" else 2,
     floor=config.floor,
+    nuisance_learner=config.nuisance_learner,
   )
 
 
@@ -135,6 +136,7 @@ def phases(config: ml_collections.ConfigDict) -> list[Phase]:
 def validate(config: ml_collections.ConfigDict) -> None:
   require_choice(config, "data.dgp", ("main", "weak_overlap"))
   require_choice(config, "final_stage", ("linear", "rff"))
+  require_choice(config, "nuisance_learner", ("parametric", "mlp"))
   for field in ("data.n", "data.dim", "replications"):
     require_positive_int(config, field)
   require(

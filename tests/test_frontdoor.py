@@ -353,6 +353,20 @@ def test_effect_at_new_points_is_the_fold_average(learners, fit_sample):
     assert _rmse(effect, fit_sample.tau[:50]) < 0.35
 
 
+def test_mlp_nuisances_learn_the_oracle_and_feed_fd_dr(fit_sample):
+  s = fit_sample
+  oracle = fd.oracle_nuisances(s.params, s.c)
+  e_hat = nz.predict_mlp_probability(
+    nz.fit_mlp(s.c, s.x.astype(jnp.float32), jnp.ones(N), jax.random.key(0), loss="logistic"),
+    s.c,
+  )
+  chex.assert_shape(e_hat, (N,))
+  assert _rmse(e_hat, oracle.e1) < 0.05
+  learner = cf.FrontDoorLearner("dr", seed=3, nuisance_learner="mlp").fit(s.c, s.x, s.z, s.y)
+  assert _rmse(learner.oof_effect(), s.tau) < 0.4
+  assert isinstance(learner._fitted().nuisances.e, nz.MLPParams)
+
+
 # ----------------------------------------------------------------------------------------------
 # Input validation.
 # ----------------------------------------------------------------------------------------------
@@ -408,6 +422,7 @@ def test_no_overlap_within_a_fold_is_rejected():
     (dict(folds=1), "folds"),
     (dict(floor=0.5), "floor"),
     (dict(g_solver="newton"), "g_solver"),
+    (dict(nuisance_learner="forest"), "nuisance_learner"),
     (dict(bogus=1), "options"),
   ],
 )
@@ -438,6 +453,7 @@ def test_unfitted_learner_and_bad_query(learners, fit_sample):
     dict(method="dr", final_stage="rff", folds=3),
     dict(method="r", g_solver="ratio", final_stage="rff"),
     dict(method="r", r_final="regress_b_zeta", swap_average=False, b_learner="linear"),
+    dict(method="r", nuisance_learner="mlp"),
   ],
 )
 def test_options_fit(options, fit_sample):

@@ -28,9 +28,10 @@ Choices where the spec is open:
   `pooled_final=True` fits one regression on all out-of-fold ψ instead, with about half the
   variance). `effect(C)` at new points averages the per-fold (per-role for FD-R) predictors.
 - Nuisances: e, q and m_Z by logistic regression on C (q per treatment arm), m and m_Y by RFF ridge
-  per treatment arm on (Z, C) and C. The b-stage and the `ratio` g-stage use RFF ridge where the
-  author uses XGBoost; the `direct` g-stage standardises C with its training fold's statistics
-  (the author re-standardises each evaluation set).
+  per treatment arm on (Z, C) and C; `nuisance_learner="mlp"` uses small MLPs for all five. The
+  b-stage and the `ratio` g-stage use RFF ridge where the author uses XGBoost; the `direct` g-stage
+  standardises C with its training fold's statistics (the author re-standardises each evaluation
+  set).
 - FD-R final stage: `r_final="b_times_gamma"` regresses ζ on C and returns b̂·γ̂ (paper, and the
   author's 3-way code); `"regress_b_zeta"` regresses b̂ζ on C (the author's 2-way code).
 - ATE: the mean cross-fitted ψ for FD-DR and the back-door baseline (AIPW-type estimates), the
@@ -60,6 +61,7 @@ _METHODS = ("dr", "r", "plugin", "backdoor")
 _FINAL_STAGES = ("linear", "rff")
 _G_SOLVERS = ("direct", "ratio")
 _R_FINALS = ("b_times_gamma", "regress_b_zeta")
+_NUISANCE_LEARNERS = ("parametric", "mlp")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,6 +77,7 @@ class FrontDoorConfig:
   swap_average: bool = True  # FD-R: also swap the nuisance and stage folds (6 fits, not 3).
   b_learner: str = "rff"  # FD-R b-stage regressor: "rff" or "linear".
   pooled_final: bool = False  # FD-DR: one final regression on all out-of-fold ψ (not per fold).
+  nuisance_learner: str = "parametric"  # "parametric" (logistic + RFF ridge) or "mlp".
   num_rff_features: int = 256  # Random Fourier features of every RFF ridge.
   logistic_l2: float = 1e-3  # L2 penalty (mean-loss scale) of the logistic nuisances.
   linear_l2: float = 1e-6  # Ridge α (sum scale) of linear final stages (author: 1e-6).
@@ -152,24 +155,33 @@ def _with_column(value, c: jax.Array) -> jax.Array:
 
 
 def fit_nuisances(
-  c, x, z, y, weights, key, num_rff_features: int = 256, logistic_l2: float = 1e-3
-) -> NuisanceModels:
-  """Fits e, q, m_Z (logistic on C) and m, m_Y (RFF ridge per arm) on weighted rows (§1, §3).
+  c, x, z, y, weights, key, num_rff_features: int = 256, logistic_l2: float = 1e-3,
+  learner: str = "parametric",
+) -> NuisanceModels:  # fmt: skip
+  """Fits e, q, m_Z (classifiers on C) and m, m_Y (regressions per arm) on weighted rows (§1, §3).
 
-  The four logistic and the four RFF fits each run as one vmapped call, which keeps the compiled
-  program small; m_Y uses the features [0, C], equivalent to C since a constant column drops out.
+  `learner="parametric"`: logistic regressions and RFF ridges; `"mlp"`: small MLPs for all five
+  (`nuisance.fit_mlp`). The four classifier and the four regression fits each run as one vmapped
+  call, which keeps the compiled program small; m_Y uses the features [0, C], equivalent to C.
   """
   arms = _arm_weights(x, weights)
-  logistic_targets = jnp.stack([x, z, z, z])
-  logistic_weights = jnp.stack([weights, weights, arms[0], arms[1]])
-  fit_logistic = jax.vmap(nz.fit_logistic, (None, 0, 0, None))
-  e_mz_q = fit_logistic(c, logistic_targets, logistic_weights, logistic_l2)
+  class_targets = jnp.stack([x, z, z, z])
+  class_weights = jnp.stack([weights, weights, arms[0], arms[1]])
   zc, zero_c = _with_column(z, c), _with_column(0.0, c)
   features = jnp.stack([zc, zc, zero_c, zero_c])
-  fit_rff = jax.vmap(nz.fit_rff_ridge, (0, None, 0, 0, None))
-  m_my = fit_rff(
-    features, y, jnp.concatenate([arms, arms]), jax.random.split(key, 4), num_rff_features
-  )
+  key_class, key_regression = jax.random.split(key)
+  if learner == "mlp":
+    classify = jax.vmap(lambda t, w, k: nz.fit_mlp(c, t, w, k, loss="logistic"))
+    e_mz_q = classify(class_targets, class_weights, jax.random.split(key_class, 4))
+    regress = jax.vmap(lambda f, w, k: nz.fit_mlp(f, y, w, k))
+    m_my = regress(features, jnp.concatenate([arms, arms]), jax.random.split(key_regression, 4))
+  else:
+    fit_logistic = jax.vmap(nz.fit_logistic, (None, 0, 0, None))
+    e_mz_q = fit_logistic(c, class_targets, class_weights, logistic_l2)
+    fit_rff = jax.vmap(nz.fit_rff_ridge, (0, None, 0, 0, None))
+    m_my = fit_rff(
+      features, y, jnp.concatenate([arms, arms]), jax.random.split(key, 4), num_rff_features
+    )
   pick = lambda tree, rows: jax.tree.map(lambda leaf: leaf[rows], tree)
   return NuisanceModels(
     e=pick(e_mz_q, 0), q=pick(e_mz_q, slice(2, 4)), m=pick(m_my, slice(0, 2)),
@@ -177,31 +189,41 @@ def fit_nuisances(
   )  # fmt: skip
 
 
+def _predictors(models: NuisanceModels):
+  """(probability, regression) predict functions of the fitted learners' kind."""
+  if isinstance(models.e, nz.MLPParams):
+    return nz.predict_mlp_probability, nz.predict_mlp
+  return nz.predict_logistic, nz.predict_rff
+
+
 def predict_nuisances(models: NuisanceModels, c: jax.Array) -> nz.NuisanceCache:
   """Evaluates every nuisance at every row of `c` (all cells z, x ∈ {0, 1})."""
+  probability, regression = _predictors(models)
   per_arm = lambda predict, params, features: jax.vmap(predict, (0, None), 1)(params, features)
-  e1 = nz.predict_logistic(models.e, c)
-  q1 = per_arm(nz.predict_logistic, models.q, c)
-  m = jnp.stack([per_arm(nz.predict_rff, models.m, _with_column(v, c)) for v in (0.0, 1.0)], 1)
-  m_y = per_arm(nz.predict_rff, models.m_y, _with_column(0.0, c))
-  return nz.NuisanceCache(e1, q1, m, m_y, nz.predict_logistic(models.m_z, c), e1, q1)
+  e1 = probability(models.e, c)
+  q1 = per_arm(probability, models.q, c)
+  m = jnp.stack([per_arm(regression, models.m, _with_column(v, c)) for v in (0.0, 1.0)], 1)
+  m_y = per_arm(regression, models.m_y, _with_column(0.0, c))
+  return nz.NuisanceCache(e1, q1, m, m_y, probability(models.m_z, c), e1, q1)
 
 
-@functools.partial(jax.jit, static_argnames=("num_rff_features", "logistic_l2"))
+@functools.partial(jax.jit, static_argnames=("num_rff_features", "logistic_l2", "learner"))
 def fit_predict_nuisances(
-  c, x, z, y, weights, key, num_rff_features: int = 256, logistic_l2: float = 1e-3
-) -> tuple[NuisanceModels, nz.NuisanceCache]:
+  c, x, z, y, weights, key, num_rff_features: int = 256, logistic_l2: float = 1e-3,
+  learner: str = "parametric",
+) -> tuple[NuisanceModels, nz.NuisanceCache]:  # fmt: skip
   """Nuisances fit on the rows weighted by `weights` and evaluated at every row of `c`."""
-  models = fit_nuisances(c, x, z, y, weights, key, num_rff_features, logistic_l2)
+  models = fit_nuisances(c, x, z, y, weights, key, num_rff_features, logistic_l2, learner)
   return models, predict_nuisances(models, c)
 
 
 def crossfit_nuisances(
-  c, x, z, y, train_weights, key, num_rff_features: int = 256, logistic_l2: float = 1e-3
-) -> tuple[NuisanceModels, nz.NuisanceCache]:
+  c, x, z, y, train_weights, key, num_rff_features: int = 256, logistic_l2: float = 1e-3,
+  learner: str = "parametric",
+) -> tuple[NuisanceModels, nz.NuisanceCache]:  # fmt: skip
   """`fit_predict_nuisances` vmapped over the rows of `train_weights` (K, n): one fit per fold."""
   keys = jax.random.split(key, train_weights.shape[0])
-  fit = lambda w, k: fit_predict_nuisances(c, x, z, y, w, k, num_rff_features, logistic_l2)
+  fit = lambda w, k: fit_predict_nuisances(c, x, z, y, w, k, num_rff_features, logistic_l2, learner)
   return jax.vmap(fit)(train_weights, keys)
 
 
@@ -455,7 +477,10 @@ def fit_frontdoor(
 
 def _nuisance_rows(config: FrontDoorConfig) -> tuple:
   """Learners with equal keys fit identical nuisances on the same folds."""
-  return (config.num_folds, config.method == "r", config.num_rff_features, config.logistic_l2)
+  return (
+    config.num_folds, config.method == "r", config.num_rff_features, config.logistic_l2,
+    config.nuisance_learner,
+  )  # fmt: skip
 
 
 def fit_frontdoor_methods(
@@ -476,8 +501,9 @@ def fit_frontdoor_methods(
     if rows not in shared:
       train = masks if config.method == "r" else 1.0 - masks
       shared[rows] = crossfit_nuisances(
-        c, x, z, y, weights * train, key_nuisance, config.num_rff_features, config.logistic_l2
-      )
+        c, x, z, y, weights * train, key_nuisance, config.num_rff_features, config.logistic_l2,
+        config.nuisance_learner,
+      )  # fmt: skip
     nuisances, caches = shared[rows]
     stages = fit_stages(c, x, z, y, weights, masks, caches, key_stage, config, delta)
     fits.append(FrontDoorFit(nuisances, caches, *stages))
@@ -652,6 +678,7 @@ class FrontDoorLearner:
     _check_choice("g_solver", self.config.g_solver, _G_SOLVERS)
     _check_choice("r_final", self.config.r_final, _R_FINALS)
     _check_choice("b_learner", self.config.b_learner, _FINAL_STAGES)
+    _check_choice("nuisance_learner", self.config.nuisance_learner, _NUISANCE_LEARNERS)
     self.seed = seed
     self._fit = None
     self._bootstrap = {}

@@ -17,6 +17,12 @@ Choices where the spec is open:
 - The RFF ridge appends the z-scored inputs to the 256 cosine features (the DGPs are largely
   linear) and picks its penalty by generalised cross-validation over a log grid, from one
   eigendecomposition.
+- The MLP option (`fit_mlp`) is `core.nn.mlp.MLP` with two ReLU layers of 64 on z-scored inputs,
+  trained full-batch with Adam for a fixed number of steps (a `lax.scan`, so it vmaps over folds
+  and replications) on the weighted mean log-loss or squared loss (targets z-scored), with an L2
+  penalty of 1e-2 on the weight matrices and no early stopping. Without the penalty (1e-4) the
+  networks overfit the noisy outcome: the counterfactual contrast m(1,x,C) - m(0,x,C) was off by 3
+  (RMSE against the oracle; 0.29 at 1e-2) and e-hat reached 0 and 1.
 """
 
 from typing import NamedTuple
@@ -26,11 +32,16 @@ import jax.numpy as jnp
 import jax.scipy.linalg
 import jax.scipy.special
 import numpy as np
+import optax
+
+from core.nn.mlp import MLP
 
 # Penalties of the RFF ridge on the mean squared loss, searched by GCV.
 RFF_L2_GRID = tuple(float(v) for v in np.logspace(-5, 1, 13))
 _NEWTON_STEPS = (1.0, 0.5, 0.25, 0.125, 0.0)
 _MIN_SCALE = 1e-8
+MLP_HIDDEN = (64, 64)
+_MLP = MLP(hidden=MLP_HIDDEN, num_outputs=1)
 
 
 class Standardizer(NamedTuple):
@@ -228,3 +239,65 @@ def predict_rff(params: RFFParams, features: jax.Array) -> jax.Array:
   scaled = standardize(params.standardizer, features)
   design = _rff_design(scaled, params.freqs, params.phases)
   return (design - params.design_mean) @ params.coef + params.intercept
+
+
+class MLPParams(NamedTuple):
+  """A fitted MLP nuisance: flax parameters of `MLP(MLP_HIDDEN, 1)` on z-scored inputs, and the
+  affine map back to the target's scale (identity for the logistic loss)."""
+
+  standardizer: Standardizer
+  params: dict
+  target_mean: jax.Array
+  target_scale: jax.Array
+
+
+def fit_mlp(
+  features: jax.Array,
+  targets: jax.Array,
+  weights: jax.Array,
+  key: jax.Array,
+  loss: str = "squared",
+  num_steps: int = 300,
+  learning_rate: float = 1e-2,
+  l2: float = 1e-2,
+) -> MLPParams:
+  """Weighted full-batch MLP regression (`loss="squared"`) or classification (`"logistic"`)."""
+  standardizer = fit_standardizer(features, weights)
+  scaled = standardize(standardizer, features)
+  w = weights / jnp.sum(weights)
+  if loss == "logistic":
+    target_mean, target_scale = jnp.zeros(()), jnp.ones(())
+  else:
+    target_mean = w @ targets
+    target_scale = jnp.maximum(jnp.sqrt(w @ (targets - target_mean) ** 2), _MIN_SCALE)
+  scaled_targets = (targets - target_mean) / target_scale
+
+  def objective(params):
+    out = _MLP.apply(params, scaled)[:, 0]
+    if loss == "logistic":
+      row_loss = jax.nn.softplus(out) - scaled_targets * out
+    else:
+      row_loss = 0.5 * (out - scaled_targets) ** 2
+    penalty = sum(jnp.sum(leaf**2) for leaf in jax.tree.leaves(params) if leaf.ndim == 2)
+    return w @ row_loss + l2 * penalty
+
+  optimizer = optax.adam(learning_rate)
+
+  def step(carry, _):
+    params, opt_state = carry
+    updates, opt_state = optimizer.update(jax.grad(objective)(params), opt_state)
+    return (optax.apply_updates(params, updates), opt_state), None
+
+  params = _MLP.init(key, scaled[:1])
+  (params, _), _ = jax.lax.scan(step, (params, optimizer.init(params)), None, length=num_steps)
+  return MLPParams(standardizer, params, target_mean, target_scale)
+
+
+def predict_mlp(params: MLPParams, features: jax.Array) -> jax.Array:
+  """The fitted value (the logit for the logistic loss)."""
+  out = _MLP.apply(params.params, standardize(params.standardizer, features))[:, 0]
+  return out * params.target_scale + params.target_mean
+
+
+def predict_mlp_probability(params: MLPParams, features: jax.Array) -> jax.Array:
+  return jax.nn.sigmoid(predict_mlp(params, features))
