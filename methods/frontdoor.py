@@ -14,9 +14,9 @@ errors, each replication's RMSEs (`rmse_<learner>/replications`, for slopes with
 the ATEs.
 The plug-in, FD-DR and back-door learners share their 2-fold nuisances (one fit per fold).
 
-`config.external` names optional packages run on the first replication's arrays
-(`methods/frontdoor_external.py`, `pip install -e ".[frontdoor]"`): econml and doubleml back-door
-learners, and the author's fd-cate for a parity check (difference in tau estimates, speed ratio).
+`config.external` names optional packages run on the first replication's arrays (the last section
+below; `pip install -e ".[frontdoor]"`): econml and doubleml back-door learners, and the author's
+fd-cate for a parity check (difference in tau estimates, speed ratio).
 
 The study (`configs/frontdoor.py:study`) sweeps n (at delta = 0 and at delta = 1, the n^-1/4 rate),
 delta, the overlap strength kappa of the weak-overlap DGP (at both deltas), and the front-door
@@ -25,6 +25,7 @@ violation alpha_u.
 
 from __future__ import annotations
 
+import importlib
 import math
 from collections.abc import Mapping
 
@@ -36,6 +37,7 @@ import numpy as np
 from core.causal import backdoor
 from core.causal import frontdoor as fd
 from core.data import frontdoor as dgp
+from kernels.timing import median_seconds
 from methods.base import (
   Method,
   Phase,
@@ -115,10 +117,8 @@ def summarise(runs: Mapping[str, np.ndarray]) -> dict[str, float | np.ndarray]:
 def evaluate(config, rng) -> dict[str, float]:
   results = summarise(replications(config, rng))
   if config.external:
-    from methods import frontdoor_external
-
     key_data = jax.random.split(replication_key(rng, 0), 3)[0]  # as in `replication`
-    results.update(frontdoor_external.run(config, simulate(config, key_data)))
+    results.update(run_external(config, simulate(config, key_data)))
   return results
 
 
@@ -208,9 +208,7 @@ def study_arms(config: ml_collections.ConfigDict):
 
 def _external_baselines(config) -> tuple[str, ...]:
   """The study's optional baselines whose packages are installed."""
-  from methods import frontdoor_external
-
-  return tuple(b for b in config.study.external if b in frontdoor_external.available())
+  return tuple(b for b in config.study.external if b in available_external())
 
 
 def _interval(arm: Mapping[str, float], key: str) -> tuple[float, float]:
@@ -327,6 +325,131 @@ def _figure(config, grid, results):
   fig.suptitle("Front-door learners: RMSE of the heterogeneous effect (95% intervals)")
   fig.tight_layout()
   return fig
+
+
+# ---------------------------------------------------------------------------------------------------
+# Optional external baselines (pip install -e ".[frontdoor]"); nothing else imports these packages.
+# ---------------------------------------------------------------------------------------------------
+# Each runs on one simulated data set (numpy arrays):
+# - `econml`: `LinearDML` of X -> Y given C (a back-door CATE learner, linear in C). Spec §6: it
+#   adjusts for C only, so U makes it recover the confounded, wrong-signed contrast.
+# - `doubleml`: `DoubleMLIRM` ATE of X -> Y given C (back-door, same failure).
+# - `fdcate`: parity with fd-cate 0.1.1 (`FDCATE(method="fd-dr" | "fd-r")`, XGBoost nuisances)
+#   against this codebase's FD-DR and FD-R (linear final stage as the author) on the same arrays:
+#   RMSE of each against the true tau, the RMSE between the two out-of-fold estimates, their
+#   correlation, and the wall-time ratio fd-cate / ours (medians of 3 fits after a first one, which
+#   compiles ours). The nuisance learners differ, so the estimates agree only to nuisance error.
+# The back-door baselines' nuisance models are scikit-learn's histogram gradient boosting (fast on
+# 2 cores) and logistic regression; every result key starts with the baseline's name.
+
+_PACKAGES = {"econml": "econml", "doubleml": "doubleml", "fdcate": "fd_cate"}
+_PARITY_METHODS = {"dr": "fd-dr", "r": "fd-r"}
+_TIMING_REPEATS = 3
+
+
+def _require(name: str):
+  try:
+    return importlib.import_module(_PACKAGES[name])
+  except ImportError as error:
+    raise ImportError(
+      f"config.external: {name!r} needs the optional extra: pip install -e '.[frontdoor]'"
+    ) from error
+
+
+def _arrays(sample):
+  return tuple(
+    np.asarray(v, np.float64) for v in (sample.c, sample.x, sample.z, sample.y, sample.tau)
+  )
+
+
+def econml_backdoor(c, x, y, tau, seed: int) -> dict[str, float]:
+  _require("econml")
+  from econml.dml import LinearDML
+  from sklearn.ensemble import HistGradientBoostingRegressor
+  from sklearn.linear_model import LogisticRegression
+
+  model = LinearDML(
+    model_y=HistGradientBoostingRegressor(max_iter=100, random_state=seed),
+    model_t=LogisticRegression(max_iter=1000),
+    discrete_treatment=True,
+    cv=2,
+    random_state=seed,
+  ).fit(y, x, X=c)
+  effect = model.effect(c)
+  return {"econml_rmse": float(_rmse(effect, tau)), "econml_ate": float(np.mean(effect))}
+
+
+def doubleml_backdoor(c, x, y, seed: int) -> dict[str, float]:
+  _require("doubleml")
+  import doubleml
+  from sklearn.ensemble import HistGradientBoostingRegressor
+  from sklearn.linear_model import LogisticRegression
+
+  np.random.seed(seed)  # doubleml draws its sample splits from numpy's global generator
+  data = doubleml.DoubleMLData.from_arrays(c, y, x)
+  model = doubleml.DoubleMLIRM(
+    data,
+    ml_g=HistGradientBoostingRegressor(max_iter=100, random_state=seed),
+    ml_m=LogisticRegression(max_iter=1000),
+    n_folds=2,
+  ).fit()
+  return {"doubleml_ate": float(model.coef[0]), "doubleml_ate_se": float(model.se[0])}
+
+
+def _parity(fd_cate, ours_name: str, c, x, z, y, tau, seed: int) -> dict[str, float]:
+  """One learner of this codebase against its fd-cate counterpart on the same arrays."""
+  learner = fd.FrontDoorLearner(method=ours_name, final_stage="linear", seed=seed)
+  fit_ours = lambda: learner.fit(c, x, z, y).oof_effect()  # numpy: waits for the device
+  estimator = fd_cate.FDCATE(method=_PARITY_METHODS[ours_name], random_state=seed, n_jobs=1)
+  fit_theirs = lambda: estimator.fit(c, y, t=x, m=z)
+  ours_seconds = median_seconds(fit_ours, repeats=_TIMING_REPEATS)
+  theirs_seconds = median_seconds(fit_theirs, repeats=_TIMING_REPEATS)
+  ours, theirs_model = fit_ours(), fit_theirs()
+  theirs = np.asarray(theirs_model.tau_train_)
+  prefix = f"parity_{ours_name}"
+  return {
+    f"{prefix}_rmse_ours": float(_rmse(ours, tau)),
+    f"{prefix}_rmse_fdcate": float(_rmse(theirs, tau)),
+    f"{prefix}_rmse_between": float(_rmse(ours, theirs)),
+    f"{prefix}_correlation": float(np.corrcoef(ours, theirs)[0, 1]),
+    f"{prefix}_ate_ours": float(np.mean(ours)),
+    f"{prefix}_ate_fdcate": float(theirs_model.ate_),
+    f"{prefix}_speed_ratio": theirs_seconds / ours_seconds,
+  }
+
+
+def fdcate_parity(c, x, z, y, tau, seed: int) -> dict[str, float]:
+  """fd-cate vs this codebase on the same arrays, for FD-DR and FD-R."""
+  fd_cate = _require("fdcate")
+  out = {}
+  for ours_name in _PARITY_METHODS:
+    out.update(_parity(fd_cate, ours_name, c, x, z, y, tau, seed))
+  return out
+
+
+def run_external(config, sample) -> dict[str, float]:
+  """Runs each baseline named in `config.external` on `sample`."""
+  c, x, z, y, tau = _arrays(sample)
+  out = {}
+  if "econml" in config.external:
+    out.update(econml_backdoor(c, x, y, tau, config.seed))
+  if "doubleml" in config.external:
+    out.update(doubleml_backdoor(c, x, y, config.seed))
+  if "fdcate" in config.external:
+    out.update(fdcate_parity(c, x, z, y, tau, config.seed))
+  return out
+
+
+def available_external() -> tuple[str, ...]:
+  """The baselines whose packages import here."""
+  found = []
+  for name, module in _PACKAGES.items():
+    try:
+      importlib.import_module(module)
+    except ImportError:
+      continue
+    found.append(name)
+  return tuple(found)
 
 
 METHOD = Method(
