@@ -11,8 +11,7 @@ plug-in, FD-DR, FD-R and the naive back-door DR-learner (`core/causal`) on the s
 §4 nuisance perturbation `config.delta`, and scores the out-of-fold tau(C_i) against the truth. The
 replications are one `jax.vmap` over seeds. Results are means over replications with standard
 errors, each replication's RMSEs (`rmse_<learner>/replications`, for slopes with intervals), and
-the ATEs.
-The plug-in, FD-DR and back-door learners share their 2-fold nuisances (one fit per fold).
+the ATEs. The plug-in, FD-DR and back-door learners share their 2-fold nuisances.
 
 `config.external` names optional packages run on the first replication's arrays (the last section
 below; `pip install -e ".[frontdoor]"`): econml and doubleml back-door learners, and the author's
@@ -48,7 +47,6 @@ from methods.base import (
 )
 
 LEARNERS = ("plugin", "dr", "r", "backdoor")
-TWO_FOLD_LEARNERS = ("plugin", "dr", "backdoor")  # share 2-fold nuisances; "r" has its own 3 folds
 EXTERNAL = ("econml", "doubleml", "fdcate")
 PER_REPLICATION = "/replications"  # suffix of the (R,) array of a metric's per-replication values
 
