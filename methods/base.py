@@ -145,3 +145,16 @@ def lookup(config: ml_collections.ConfigDict, field: str) -> Any:
       raise ConfigError(f"config.{field}: missing (no field {part!r} in {sorted(node.keys())})")
     node = node[part]
   return node
+
+
+def with_changes(config: ml_collections.ConfigDict, **changes) -> ml_collections.ConfigDict:
+  """A copy of `config` with `section__field=value` changes (any depth; `field=value` at the top):
+  how a study derives its arms from the study config."""
+  arm = ml_collections.ConfigDict(config.to_dict())
+  for path, value in changes.items():
+    *parents, name = path.split("__")
+    node = arm
+    for parent in parents:
+      node = node[parent]
+    node[name] = value
+  return arm

@@ -56,6 +56,7 @@ from methods.base import (
   require,
   require_choice,
   require_positive_int,
+  with_changes,
 )
 
 SCAN_IMPLEMENTATIONS = ("auto", "pallas", "xla", "sequential")
@@ -312,18 +313,6 @@ def _validate_construction(config) -> None:
 # ---------------------------------------------------------------------------------------------------
 
 
-def _arm(config, **changes) -> ml_collections.ConfigDict:
-  """A copy of `config` with `section__field=value` changes."""
-  arm = ml_collections.ConfigDict(config.to_dict())
-  for path, value in changes.items():
-    node, *rest = path.split("__")
-    if rest:
-      arm[node][rest[0]] = value
-    else:
-      arm[node] = value
-  return arm
-
-
 def _e1_name(group: str, kind: str, layers: int) -> str:
   return f"e1_{group}_{kind}_{layers}L"
 
@@ -342,7 +331,7 @@ def study_arms(config: ml_collections.ConfigDict):
   arms = []
   for group, kind, layers in study.e1_constructions:
     need = dcd_constructions.construction_for(group, kind, layers).required_sizes()
-    arm = _arm(
+    arm = with_changes(
       config,
       **{f"model__{field}": max(config.model[field], size) for field, size in need.items()},
       data__group=group,
@@ -358,11 +347,13 @@ def study_arms(config: ml_collections.ConfigDict):
   for group in study.e2_groups:
     for kind, layers in study.e2_models:
       for seed in range(study.e2_seeds):
-        arm = _arm(config, seed=seed, data__group=group, model__kind=kind, model__num_layers=layers)
+        arm = with_changes(
+          config, seed=seed, data__group=group, model__kind=kind, model__num_layers=layers
+        )
         arms.append((_e2_name(group, kind, layers, seed), arm))
   for sigma in study.e3_sigmas:
     for seed in range(study.e3_seeds):
-      arm = _arm(
+      arm = with_changes(
         config,
         seed=seed,
         steps=study.e3_steps,

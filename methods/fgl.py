@@ -59,7 +59,15 @@ from scipy.stats import rankdata
 from core import graph as graph_lib
 from core.data import graphs
 from core.nn import gnn
-from methods.base import Method, Phase, Report, require, require_choice, require_positive_int
+from methods.base import (
+  Method,
+  Phase,
+  Report,
+  require,
+  require_choice,
+  require_positive_int,
+  with_changes,
+)
 
 KINDS = ("mlp", "gcn", "gat", "fgl")
 SCORES = ("estimator", "uniform", "oracle")
@@ -795,13 +803,10 @@ ARMS = {  # study method name -> (model.kind, model.num_layers, model.graph, fgl
 
 
 def _arm(config, seed: int, homophily: float, **fields) -> ml_collections.ConfigDict:
-  arm = ml_collections.ConfigDict(config.to_dict())
-  arm.seed = arm.data.graph_seed = arm.data.split_seed = seed
-  arm.data.homophily = homophily
-  for key, value in fields.items():
-    section, name = key.split("__")
-    arm[section][name] = value
-  return arm
+  return with_changes(
+    config, seed=seed, data__graph_seed=seed, data__split_seed=seed, data__homophily=homophily,
+    **fields,
+  )  # fmt: skip
 
 
 def _arm_name(homophily: float, seed: int, method: str) -> str:

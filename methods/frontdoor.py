@@ -44,6 +44,7 @@ from methods.base import (
   require,
   require_choice,
   require_positive_int,
+  with_changes,
 )
 
 LEARNERS = ("plugin", "dr", "r", "backdoor")
@@ -155,17 +156,6 @@ def validate(config: ml_collections.ConfigDict) -> None:
 # ---------------------------------------------------------------------------------------------------
 
 
-def _arm(config, **fields) -> ml_collections.ConfigDict:
-  arm = ml_collections.ConfigDict(config.to_dict())
-  for key, value in fields.items():
-    if "__" in key:
-      section, name = key.split("__")
-      arm[section][name] = value
-    else:
-      arm[key] = value
-  return arm
-
-
 def _grid_arms(config):
   """(sweep, value, arm name, fields) for every grid point; shared points run once."""
   study = config.study
@@ -196,9 +186,9 @@ def _arm_name(fields) -> str:
 def study_arms(config: ml_collections.ConfigDict):
   arms = {}
   for _, _, name, fields in _grid_arms(config):
-    arms.setdefault(name, _arm(config, **fields, external=()))
+    arms.setdefault(name, with_changes(config, **fields, external=()))
   if config.study.external:
-    arms["external"] = _arm(
+    arms["external"] = with_changes(
       config, data__n=config.study.n, delta=0.0, external=config.study.external
     )
   return list(arms.items())

@@ -62,7 +62,15 @@ import numpy as np
 import optax
 
 from core import rkhs, rl
-from methods.base import Method, Phase, Report, require, require_choice, require_positive_int
+from methods.base import (
+  Method,
+  Phase,
+  Report,
+  require,
+  require_choice,
+  require_positive_int,
+  with_changes,
+)
 
 ALGORITHMS = ("nn_npg", "rff_npg", "exact_npg", "ppo")
 KERNEL_ALGORITHMS = ("rff_npg", "exact_npg")
@@ -573,7 +581,7 @@ def throughput(config, prob: Problem, state, rng) -> dict[str, float]:
 
 def baseline_config(config) -> ml_collections.ConfigDict:
   """The clip-PPO baseline of `config`: same environment, network, batch, epochs and seeds."""
-  return _arm(config, algorithm="ppo", schedule__extra_powers=(), sampling__growth=0.0)
+  return with_changes(config, algorithm="ppo", schedule__extra_powers=(), sampling__growth=0.0)
 
 
 def group_results(curve, curve_steps, returns, prefix: str) -> dict[str, Any]:
@@ -786,17 +794,6 @@ def _validate_kernel(config) -> None:
 # ---------------------------------------------------------------------------------------------------
 
 
-def _arm(config, **fields) -> ml_collections.ConfigDict:
-  arm = ml_collections.ConfigDict(config.to_dict())
-  for field, value in fields.items():
-    *parents, name = field.split("__")
-    node = arm
-    for parent in parents:
-      node = node[parent]
-    node[name] = value
-  return arm
-
-
 def study_arms(config: ml_collections.ConfigDict):
   """(1) nn_npg on each of `study.envs` with every exponent of `study.powers` in one run (vmapped
   over exponent x seed; `study.main_power` first); (2) rff_npg at `study.main_power` with fixed n
@@ -808,7 +805,7 @@ def study_arms(config: ml_collections.ConfigDict):
     arms.append(
       (
         f"nn_npg_{env_name}",
-        _arm(
+        with_changes(
           config,
           algorithm="nn_npg",
           env_name=env_name,
@@ -823,7 +820,7 @@ def study_arms(config: ml_collections.ConfigDict):
       arms.append(
         (
           f"rff_npg_{env_name}_{rule}",
-          _arm(
+          with_changes(
             config,
             algorithm="rff_npg",
             env_name=env_name,
@@ -838,7 +835,9 @@ def study_arms(config: ml_collections.ConfigDict):
           ),
         )
       )
-  ppo = _arm(config, algorithm="ppo", env_name=study.throughput_env, eval__compare_with_ppo=False)
+  ppo = with_changes(
+    config, algorithm="ppo", env_name=study.throughput_env, eval__compare_with_ppo=False
+  )
   arms.append((f"ppo_{study.throughput_env}", ppo))
   return arms
 
