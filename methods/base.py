@@ -21,6 +21,8 @@ Everything that crosses `jax.jit` is a pytree of arrays; configuration is closed
 from __future__ import annotations
 
 import dataclasses
+import functools
+import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -158,3 +160,28 @@ def with_changes(config: ml_collections.ConfigDict, **changes) -> ml_collections
       node = node[parent]
     node[name] = value
   return arm
+
+
+def config_key(config: ml_collections.ConfigDict) -> str:
+  """A hashable, order-independent copy of `config` (its sorted JSON), for caches keyed by config."""
+  return config.to_json(sort_keys=True)
+
+
+def cached_per_config(maxsize: int = 16):
+  """`functools.lru_cache` for a function whose first argument is a config: jitted evaluators,
+  samplers and derived data are built once per distinct config (compared by value, not identity).
+  The other arguments must be hashable. The function receives a fresh copy of the config."""
+
+  def decorate(fn):
+    @functools.lru_cache(maxsize=maxsize)
+    def by_key(key: str, *args):
+      return fn(ml_collections.ConfigDict(json.loads(key)), *args)
+
+    @functools.wraps(fn)
+    def cached(config: ml_collections.ConfigDict, *args):
+      return by_key(config_key(config), *args)
+
+    cached.cache_clear = by_key.cache_clear
+    return cached
+
+  return decorate
