@@ -1,28 +1,29 @@
 """Weak-to-strong (W2S) maths under spurious correlations: features, solvers, losses, metrics, theory.
 
 Paper: "Does Weak-to-Strong Generalization Happen under Spurious Correlations?" (Liu, Dong, Lei; ICLR 2026,
-arXiv 2509.24005); spec `w2s_spurious.md`. The data generators live in `core/data/spurious.py`.
+arXiv 2509.24005). The data generators live in `core/data/spurious.py`.
 
-Regression model (spec Sec. 2): `phi_T(x) = z (x) w`, `w = [1; T^T xi]`, `phi_S(x) = z (x) psi`,
-`psi = [1; S^T xi]` (`teacher_features`, `student_features`; the rotations U_T, U_S are the identity:
-min-norm least squares is equivariant under orthogonal maps, so they change no prediction). With the
-coefficient matrix `B` (d_z x p_w, row-major `vec`) the excess risk is exact in closed form,
-`ER_eta(f) = E_{D(eta)}[(z^T (B - beta* e_1^T) w)^2] = tr(E M_eta E^T)` (`excess_risk`), because z is
-independent of xi and standard normal.
+Regression model (the paper's theoretical setting): `phi_T(x) = z (x) w`, `w = [1; T^T xi]`,
+`phi_S(x) = z (x) psi`, `psi = [1; S^T xi]` (`teacher_features`, `student_features`; the rotations
+U_T, U_S are the identity: min-norm least squares is equivariant under orthogonal maps, so they change
+no prediction). With the coefficient matrix `B` (d_z x p_w, row-major `vec`) the excess risk is exact
+in closed form, `ER_eta(f) = E_{D(eta)}[(z^T (B - beta* e_1^T) w)^2] = tr(E M_eta E^T)`
+(`excess_risk`), because z is independent of xi and standard normal.
 
-Theory (`predicted_*`: spec Sec. 2.1, our exact-moment derivation; `relayed_*`: Thm 1 and Thm 2 of the
-paper as relayed by the notes, Sec. 2), remedy pieces (Sec. 3: `generalized_cross_entropy`,
+Theory (`predicted_*`: our exact-moment derivation, the "Sec. 2.1" predictor of the W2S metric names;
+`relayed_*`: the paper's Thm 1 and Thm 2 as relayed by secondary summaries of it, their constants not
+checked against the paper), pieces of its remedy Enhanced-W2S (`generalized_cross_entropy`,
 `predictive_entropy`, `top_p_mask`) and group metrics (`group_accuracies`, `worst_group_accuracy`).
 
-Choices where the spec is open:
-* `predicted_student_risk` adds to the spec's population term the finite-N misfit term under a
+Choices where the paper is open:
+* `predicted_student_risk` adds to the population term the finite-N misfit term under a
   homoscedastic approximation: the student's residual `r = z^T E (w - A B^-1 psi)` is treated as noise
   of variance `E r^2`, giving `E r^2 * d_z tr(B_u^-1 B_t) / (N - d_S - 1)` (the relayed Theta(nu_z)).
 * The relayed formulas drop their Theta(nu_z) term (its constant is not relayed).
 * GCE with soft targets is the expected GCE under the target distribution, sum_c t_c (1 - p_c^q) / q,
   which is the paper's (1 - p_y^q) / q for one-hot targets and soft cross-entropy as q -> 0.
 * The "average accuracy" of a group metric is the mean of the per-group accuracies (equal to the plain
-  accuracy on the spec's group-balanced test sets, and robust when a test group is small).
+  accuracy on group-balanced test sets, and robust when a test group is small).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ import jax.scipy.linalg as jsl
 from core.data.spurious import ClassificationDesign, RegressionDesign
 
 # ---------------------------------------------------------------------------------------------------
-# Feature maps (spec Sec. 2)
+# Feature maps (the paper's phi_T and phi_S)
 # ---------------------------------------------------------------------------------------------------
 
 
@@ -57,12 +58,12 @@ def kron_features(z: jax.Array, w: jax.Array) -> jax.Array:
 
 
 def teacher_features(z: jax.Array, xi: jax.Array, teacher_map: jax.Array) -> jax.Array:
-  """phi_T(x) = z (x) [1; T^T xi], dimension d_T = p_T d_z (spec Sec. 2)."""
+  """phi_T(x) = z (x) [1; T^T xi], dimension d_T = p_T d_z: the weak teacher's features."""
   return kron_features(z, group_features(xi, teacher_map))
 
 
 def student_features(z: jax.Array, xi: jax.Array, student_map: jax.Array) -> jax.Array:
-  """phi_S(x) = z (x) [1; S^T xi], dimension d_S = p_S d_z, "partially disentangled" (spec Sec. 2)."""
+  """phi_S(x) = z (x) [1; S^T xi], dimension d_S = p_S d_z, "partially disentangled": the strong student's."""
   return kron_features(z, group_features(xi, student_map))
 
 
@@ -74,7 +75,7 @@ def _e2_blocks(x, design: ClassificationDesign):
 
 
 def e2_weak_features(x: jax.Array, design: ClassificationDesign) -> jax.Array:
-  """E2 teacher view (spec Sec. 5): R^T [a core + sqrt(1 - a^2) noise_{:d_c}; spurious], R random.
+  """E2 teacher view (`configs/w2s.py`): R^T [a core + sqrt(1 - a^2) noise_{:d_c}; spurious], R random.
 
   The core signal's amplitude is scaled by a (0.3) at unit noise, so the core SNR drops by a^2 while
   the spurious block enters intact; R projects the 24 coordinates to k_T (6) dimensions.
@@ -86,7 +87,7 @@ def e2_weak_features(x: jax.Array, design: ClassificationDesign) -> jax.Array:
 
 
 def e2_strong_features(x: jax.Array, design: ClassificationDesign) -> jax.Array:
-  """E2 student view (spec Sec. 5): the whole core block and the first half of the spurious block."""
+  """E2 student view (`configs/w2s.py`): the whole core block and the first half of the spurious block."""
   core, spurious, _ = _e2_blocks(x, design)
   return jnp.concatenate([core, spurious[:, : design.strong_spurious_dim]], axis=1)
 
@@ -119,7 +120,8 @@ def _spd_solve_vmap(axis_size, in_batched, matrix, rhs):
 
 
 def ridgeless_fit(features: jax.Array, targets: jax.Array) -> jax.Array:
-  """Min-norm least squares `argmin ||b|| s.t. b minimises ||features b - targets||` (spec Sec. 2).
+  """Min-norm least squares `argmin ||b|| s.t. b minimises ||features b - targets||`: the paper's
+  teacher and student fits.
 
   d <= n: the normal equations by Cholesky (ordinary least squares, features of full column rank).
   d > n: the dual `b = X^T (X X^T)^-1 y`, the min-norm interpolant (features of full row rank).
@@ -147,7 +149,7 @@ def coefficient_error(coef: jax.Array, beta: jax.Array) -> jax.Array:
 
 
 def excess_risk(coef: jax.Array, beta: jax.Array, second_moment: jax.Array) -> jax.Array:
-  """Exact `ER_eta = E_{D(eta)}[(phi(x)^T coef - z^T beta*)^2] = tr(E M_eta E^T)` (spec Sec. 2 step 3).
+  """Exact `ER_eta = E_{D(eta)}[(phi(x)^T coef - z^T beta*)^2] = tr(E M_eta E^T)`, the paper's excess risk.
 
   `second_moment` is `E_eta[w w^T]` of the feature map's group part (`feature_second_moment`).
   """
@@ -156,7 +158,7 @@ def excess_risk(coef: jax.Array, beta: jax.Array, second_moment: jax.Array) -> j
 
 
 # ---------------------------------------------------------------------------------------------------
-# Mixture moments and the exact-moment predictor (spec Sec. 2.1, ours)
+# Mixture moments and the exact-moment predictor (ours)
 # ---------------------------------------------------------------------------------------------------
 
 
@@ -195,7 +197,7 @@ def cross_moment(design: RegressionDesign, eta) -> jax.Array:
 
 
 def group_excess_risks(coef: jax.Array, design: RegressionDesign, which: str) -> jax.Array:
-  """Per-group excess risk [majority (eta_t = 0), minority (eta_t = 1)] (spec Sec. 9, reviewer 1).
+  """Per-group excess risk [majority (eta_t = 0), minority (eta_t = 1)] (asked for by OpenReview reviewer 1).
 
   `which` is "teacher" or "student": the feature map `coef` belongs to.
   """
@@ -204,7 +206,7 @@ def group_excess_risks(coef: jax.Array, design: RegressionDesign, which: str) ->
 
 
 def _teacher_noise_scale(design: RegressionDesign, num_labelled: int, teacher_dim: int):
-  """c = sigma_y^2 / (n - d_T - 1), the Gaussian-design E[(X^T X)^-1] factor (spec Sec. 2.1)."""
+  """c = sigma_y^2 / (n - d_T - 1), the Gaussian-design E[(X^T X)^-1] factor."""
   if num_labelled <= teacher_dim + 1:
     raise ValueError(
       f"the Sec. 2.1 predictor needs n > d_T + 1 (OLS regime), got n={num_labelled}, d_T={teacher_dim}"
@@ -213,7 +215,7 @@ def _teacher_noise_scale(design: RegressionDesign, num_labelled: int, teacher_di
 
 
 def predicted_teacher_risk(design: RegressionDesign, eta_l, eta_t, num_labelled: int) -> jax.Array:
-  """E ER_{eta_t}(f_T) ~ c d_z tr(M_t M_l^-1) (spec Sec. 2.1)."""
+  """E ER_{eta_t}(f_T) ~ c d_z tr(M_t M_l^-1) (exact-moment predictor)."""
   c = _teacher_noise_scale(design, num_labelled, design.teacher_dim)
   m_l, m_t = teacher_moment(design, eta_l), teacher_moment(design, eta_t)
   return c * design.d_z * jnp.trace(spd_solve(m_l, m_t))
@@ -227,7 +229,7 @@ def predicted_student_risk(
   num_labelled: int,
   num_unlabelled: int,
 ) -> jax.Array:
-  """E ER_{eta_t}(f_S) (spec Sec. 2.1): the population part plus the finite-N misfit.
+  """E ER_{eta_t}(f_S) (exact-moment predictor): the population part plus the finite-N misfit.
 
   Population: c d_z tr(M_l^-1 A_u B_u^-1 B_t B_u^-1 A_u^T) (each row of the teacher's error, of
   covariance c M_l^-1, projected through A_u B_u^-1). Misfit: E r^2 d_z tr(B_u^-1 B_t) / (N - d_S - 1)
@@ -272,7 +274,7 @@ def relayed_student_risk(
 
 
 # ---------------------------------------------------------------------------------------------------
-# Losses and the confident subset (spec Sec. 3)
+# Losses and the confident subset (Enhanced-W2S)
 # ---------------------------------------------------------------------------------------------------
 
 
@@ -290,7 +292,7 @@ def cross_entropy(logits: jax.Array, targets: jax.Array) -> jax.Array:
 
 
 def generalized_cross_entropy(logits: jax.Array, targets: jax.Array, q) -> jax.Array:
-  """L_GCE = (1 - p_y^q) / q (Zhang & Sabuncu 2018; spec Sec. 3 step 5), per example.
+  """L_GCE = (1 - p_y^q) / q (Zhang & Sabuncu 2018; Enhanced-W2S's retraining loss), per example.
 
   Soft targets give sum_c t_c (1 - p_c^q) / q. Written as -expm1(q log p) / q, which is stable as q -> 0
   (the limit is cross-entropy); q = 1 is the MAE-like end.
@@ -301,7 +303,7 @@ def generalized_cross_entropy(logits: jax.Array, targets: jax.Array, q) -> jax.A
 
 
 def predictive_entropy(logits: jax.Array) -> jax.Array:
-  """H(x) = -sum_c p_c log p_c of the softmax of `logits` (..., C) (spec Sec. 3 step 4)."""
+  """H(x) = -sum_c p_c log p_c of the softmax of `logits` (..., C): Enhanced-W2S's confidence score."""
   log_p = jax.nn.log_softmax(logits)
   return -jnp.sum(jnp.exp(log_p) * log_p, axis=-1)
 

@@ -1,11 +1,12 @@
 """Group-imbalanced data D(eta) for weak-to-strong training under spurious correlations.
 
-Spec `w2s_spurious.md` ("Does Weak-to-Strong Generalization Happen under Spurious Correlations?", ICLR 2026).
-Group g = 1 is the minority, with fraction eta.
+Paper: "Does Weak-to-Strong Generalization Happen under Spurious Correlations?" (Liu, Dong, Lei; ICLR 2026,
+arXiv 2509.24005). Group g = 1 is the minority, with fraction eta.
 
-* Regression (spec Sec. 2, E1 of Sec. 5): core z ~ N(0, I_{d_z}), label y = z^T beta* + eps, group feature
-  xi | g ~ N(g mu_xi, sigma_xi^2 I_p), z independent of xi (`regression_design`, `sample_regression`;
-  JAX, jit- and vmap-able). g ~ Bernoulli(eta), the paper's D(eta).
+* Regression (the paper's theoretical setting; E1 of `configs/w2s.py`): core z ~ N(0, I_{d_z}),
+  label y = z^T beta* + eps, group feature xi | g ~ N(g mu_xi, sigma_xi^2 I_p), z independent of xi
+  (`regression_design`, `sample_regression`; JAX, jit- and vmap-able). g ~ Bernoulli(eta), the
+  paper's D(eta).
 * Binary classification with a spurious attribute (E2): y, a in {0, 1}; the majority has a = y, the
   minority a = 1 - y; x = [(2y-1) mu_c + N(0, I), (2a-1) mu_s + N(0, I), N(0, I)]
   (`classification_design`, `sample_classification`, `balanced_classification`; NumPy). The number
@@ -29,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 # ---------------------------------------------------------------------------------------------------
-# Regression model (spec Sec. 2)
+# Regression model (the paper's theoretical setting)
 # ---------------------------------------------------------------------------------------------------
 
 
@@ -78,7 +79,7 @@ def regression_design(
   sigma_y: float = 1.0,
   sigma_xi: float = 1.0,
 ) -> RegressionDesign:
-  """The E1 design of spec Sec. 5 for any sizes.
+  """The E1 design of `configs/w2s.py` for any sizes.
 
   A random orthonormal Q (p x p); T = Q[:, :p_T-1]; S_j = cos(theta) Q[:, j] + sin(theta) Q[:, p_T-1+j]
   for j < p_S - 1, so that ||Xi||_F^2 = ||T^T S||_F^2 = (p_S - 1) cos^2(theta) = `similarity`;
@@ -125,7 +126,7 @@ def sample_regression(key: jax.Array, design: RegressionDesign, num: int, eta) -
 
 
 # ---------------------------------------------------------------------------------------------------
-# Binary classification with a spurious attribute (spec Sec. 5, E2)
+# Binary classification with a spurious attribute (E2 of `configs/w2s.py`)
 # ---------------------------------------------------------------------------------------------------
 
 
@@ -138,8 +139,8 @@ class ClassificationDesign:
     mu_spurious: (d_s,) spurious mean; x's second block is (2a - 1) mu_spurious + N(0, I).
     noise_dim: size of the pure-noise third block (must be >= d_c: it dilutes the weak core view).
     weak_projection: (d_c + d_s, k_T) orthonormal columns: the teacher's random projection.
-    weak_core_scale: amplitude kept of the core signal in the teacher's view (spec: 0.3).
-    strong_spurious_dim: how many spurious coordinates the student sees (spec: half).
+    weak_core_scale: amplitude kept of the core signal in the teacher's view (E2: 0.3).
+    strong_spurious_dim: how many spurious coordinates the student sees (E2: half).
 
   Hashed by identity (`eq=False`), so a design can be a static argument of `jax.jit`.
   """
@@ -223,7 +224,7 @@ def sample_classification(
 def balanced_classification(
   rng: np.random.Generator, design: ClassificationDesign, num: int
 ) -> dict[str, np.ndarray]:
-  """A test set with num / 4 points in each (y, a) group (spec E2)."""
+  """A test set with num / 4 points in each (y, a) group (as E2's test set)."""
   if num % 4:
     raise ValueError(f"a group-balanced set needs num divisible by 4, got {num}")
   label = np.repeat(np.array([0, 0, 1, 1], np.int32), num // 4)
