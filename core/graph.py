@@ -1,4 +1,5 @@
-"""Graph utilities for forest-based graph learning (FGL, Li et al., ICLR 2026; spec fgl_forest.md).
+"""Graph utilities for forest-based graph learning (FGL: "Forest-Based Graph Learning for
+Semi-Supervised Node Classification", Li et al., ICLR 2026).
 
 Edge lists are directed `(senders, receivers)` int32 arrays holding both directions of every
 undirected edge, sorted by (sender, receiver), without self loops; `reverse[e]` is the edge in the
@@ -7,17 +8,17 @@ opposite direction. Attention is per directed edge: `attention[e]` is the weight
 weight of the message that travels along e.
 
 * message passing: `propagate` (segment_sum), `segment_softmax`, `gcn_norm_edges` (A-hat).
-* augmentation (spec Sec. 2.1): `knn_edges` / `augment_with_knn` in pseudo-label space.
-* homophily: `edge_homophily`, `labeled_edge_homophily` (the NAAM switch of Sec. 4.2),
+* augmentation (FGL's pre-processing): `knn_edges` / `augment_with_knn` in pseudo-label space.
+* homophily: `edge_homophily`, `labeled_edge_homophily` (the NAAM switch),
   `homophilous_components` (NHCC of Theorem 2), `tree_edge_homophily`.
-* scores (Sec. 2.2): `edge_scores` s(e_ij) = (a_i->j + a_j->i) / 2; `propagation_weights`;
-  `attention_from_scores` for the uniform and oracle arms.
-* trees (Sec. 2.3): `WilsonSampler` draws spanning forests with P(T) ~ prod_{e in T} s(e);
+* scores (the homophily estimator, Eq. 3): `edge_scores` s(e_ij) = (a_i->j + a_j->i) / 2;
+  `propagation_weights`; `attention_from_scores` for the uniform and oracle arms.
+* trees (the tree sampler): `WilsonSampler` draws spanning forests with P(T) ~ prod_{e in T} s(e);
   `recenter` re-roots them at their centres; `tree_levels` gives BFS order and level tables;
   `tree_edge_weights` the directed weights per tree.
-* aggregation (Sec. 2.4-2.5): `tree_aggregate_matrix` (W_A^dist form through the kernel),
-  `tree_aggregate_matrix_recursive` (Eq. 7-8 literally, any W_A), `orthogonal_from_skew`,
-  `row_norm`.
+* aggregation (Theorem 1, Eq. 7-8, the tree fuser): `tree_aggregate_matrix` (W_A^dist form through
+  the kernel), `tree_aggregate_matrix_recursive` (Eq. 7-8 literally, any W_A),
+  `orthogonal_from_skew`, `row_norm`.
 """
 
 from __future__ import annotations
@@ -166,7 +167,7 @@ def augment_with_knn(senders, receivers, embeddings, k: int) -> tuple[np.ndarray
 
 
 def edge_scores(attention, reverse) -> np.ndarray:
-  """s(e_ij) = (a_i->j + a_j->i) / 2: a symmetric score per edge from directed attention (Sec. 2.2)."""
+  """s(e_ij) = (a_i->j + a_j->i) / 2: a symmetric score per edge from directed attention (Eq. 3)."""
   attention = np.asarray(attention, np.float64)
   return (attention + attention[reverse]) / 2
 
@@ -198,14 +199,14 @@ def propagation_weights(attention, receivers, num_nodes: int) -> np.ndarray:
 
 
 class WilsonSampler:
-  """Spanning forests of a weighted graph with P(T) proportional to prod_{e in T} s(e) (Sec. 2.3).
+  """Spanning forests of a weighted graph with P(T) proportional to prod_{e in T} s(e) (FGL's sampler).
 
   Wilson's algorithm: one root per connected component (uniform within it; the law of the tree
   does not depend on the root), then from each node not yet in the tree a random walk with
   transitions proportional to s, remembering only the last exit from each node (loop erasure),
   until it hits the tree; the walk's path is added. The walk is sequential and data-dependent, so
   it runs on the host as plain Python over lists (~1 us a step; networkx's sampler is ~100x
-  slower, spec Sec. 0); the trees are the data of the student phase, like any input pipeline.
+  slower); the trees are the data of the student phase, like any input pipeline.
   """
 
   def __init__(self, senders, receivers, scores, num_nodes: int):
@@ -358,7 +359,7 @@ def tree_aggregate_matrix(
   With W_A symmetric, W_A^k = U diag(lambda^k) U^T, so in the eigenbasis every channel j is the
   scalar tree aggregation with edge weights alpha * lambda_j: one kernel call with per-channel
   weights, O(n d^2) for the two rotations and O(n d) for the passes (`basis=None`: W_A diagonal,
-  no rotation). |lambda| < 1 keeps ||W_A||_2 < 1, the spec's stability constraint.
+  no rotation). |lambda| < 1 keeps ||W_A||_2 < 1, so long paths cannot blow W_A^dist up.
 
   Args:
     h: [n, d] node inputs (H = X W_B).
@@ -412,5 +413,5 @@ def tree_aggregate_matrix_recursive(h, parent, alpha_up, alpha_down, w_a):
 
 
 def row_norm(x, eps: float = 1e-12):
-  """RowNorm (Sec. 2.5): every row scaled to unit L2 norm."""
+  """RowNorm (the tree fuser): every row scaled to unit L2 norm."""
   return x / jnp.maximum(jnp.linalg.norm(x, axis=-1, keepdims=True), eps)

@@ -1,25 +1,33 @@
 """Node-classification graphs: contextual SBM with controlled edge homophily, few-label splits, and
 the Planetoid citation graphs (Cora, Citeseer, Pubmed) read from their raw files.
 
-* `contextual_sbm` (spec fgl_forest.md Sec. 4.1): balanced classes, features x_i = mu_{y_i} + sigma
-  eps with mu_c ~ N(0, I) r / sqrt(d) (r = feature SNR), and an edge set whose *measured* edge
-  homophily is the asked h to within 0.02 (exact same-class/cross-class counts, then a few edges
-  that join stray components to the largest one, same-class with probability h).
+* `contextual_sbm` (the synthetic graphs of FGL's CPU study; FGL is "Forest-Based Graph Learning
+  for Semi-Supervised Node Classification", ICLR 2026): balanced classes, features
+  x_i = mu_{y_i} + sigma eps with mu_c ~ N(0, I) r / sqrt(d) (r = feature SNR), and an edge set
+  whose *measured* edge homophily is the asked h to within 0.02 (exact same-class/cross-class
+  counts, then a few edges that join stray components to the largest one, same-class with
+  probability h).
 * `few_label_split`: `labels_per_class` training nodes per class, a `val_fraction` of the nodes for
   validation, the rest for test.
 * `load_planetoid`: the raw Planetoid format (`ind.<name>.{x,tx,allx,y,ty,ally,graph,test.index}`)
   from a prepared directory (never downloaded), processed as in PyG's `read_planetoid_data`
   (Citeseer's isolated test nodes padded), with the standard public split.
+* `GraphDataset` / `graph_dataset`: a graph and its split with the device copies a full-batch model
+  reads (features, labels, one float mask per split).
 
 This module only reads files; it writes nothing.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pickle
+from collections.abc import Mapping
 from typing import NamedTuple
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import scipy.sparse as sp
 from scipy.sparse import csgraph
@@ -43,6 +51,32 @@ class Split(NamedTuple):
   train: np.ndarray  # node indices
   val: np.ndarray
   test: np.ndarray
+
+
+@dataclasses.dataclass(frozen=True)
+class GraphDataset:
+  """A graph, its split, and device copies of what every full-batch forward pass needs."""
+
+  graph: GraphData
+  split: Split
+  features: jax.Array
+  labels: jax.Array
+  masks: Mapping[str, jax.Array]  # "train" | "val" | "test" -> float [n]
+
+  @property
+  def num_nodes(self) -> int:
+    return self.graph.labels.shape[0]
+
+
+def graph_dataset(graph: GraphData, split: Split) -> GraphDataset:
+  """`graph` and `split` with device features, labels and a 0/1 float mask per split."""
+  n = graph.labels.shape[0]
+  masks = {}
+  for name in ("train", "val", "test"):
+    mask = np.zeros(n, np.float32)
+    mask[getattr(split, name)] = 1.0
+    masks[name] = jnp.asarray(mask)
+  return GraphDataset(graph, split, jnp.asarray(graph.features), jnp.asarray(graph.labels), masks)
 
 
 # ---------------------------------------------------------------------------------------------------

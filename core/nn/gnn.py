@@ -2,19 +2,26 @@
 
 Every module takes node features [n, d] and edge arrays and returns logits [n, C]; `deterministic`
 turns dropout off. Edge lists are directed (both directions of each edge), see `core.graph`.
+Equations are those of "Forest-Based Graph Learning for Semi-Supervised Node Classification"
+(FGL, ICLR 2026).
 
 * `MLP`, `GCN` (Kipf and Welling, A-hat propagation), `GAT` (Velickovic et al., multi-head):
-  baselines, and the non-attention auxiliary model (NAAM, spec Sec. 2.1) is an `MLP` or a `GCN`.
-* `AttentionEstimator` (spec Sec. 2.2, Eq. 3): one head of local Q/K/V attention over the
-  augmented graph; logits come from the attended neighbours only, so classifying a node forces the
-  attention onto neighbours of its class. Returns the per-edge attention alongside.
+  baselines; FGL's non-attention auxiliary model (NAAM, its pre-processing step) is an `MLP` or a
+  `GCN`. `baseline` builds one of the three by name.
+* `AttentionEstimator` (FGL's homophily estimator, Eq. 3): one head of local Q/K/V attention over
+  the augmented graph; logits come from the attended neighbours only, so classifying a node forces
+  the attention onto neighbours of its class. Returns the per-edge attention alongside.
 * `LocalModule` (Eq. 9): K^L steps of the blend beta_a A_alpha + beta_g A-hat + beta_i I.
-* `TreeFuser` (Eq. 7-8 and the fusion of Sec. 2.5): per tree the W_A^dist aggregation of H through
-  the kernel, RowNorm, mean over the N_T trees.
+* `TreeFuser` (Eq. 7-8 and the tree fuser): per tree the W_A^dist aggregation of H through the
+  kernel, RowNorm, mean over the N_T trees.
 * `FGLStudent` (Eq. 10-11): H = ReLU(X W_B); RowNorm(local) + gamma * global; logits = W_H(.).
+* `NodeClassifier`: any of these modules with its calling convention on the full graph (which edge
+  arrays it reads, whether it also returns attention), the one interface a training phase needs.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import flax.linen as nn
 import jax
@@ -158,11 +165,11 @@ class LocalModule(nn.Module):
 
 
 class TreeFuser(nn.Module):
-  """Global part: mean over trees of RowNorm(W_A^dist aggregation of H) (Eq. 7-8, Sec. 2.5).
+  """Global part: mean over trees of RowNorm(W_A^dist aggregation of H) (Eq. 7-8, the tree fuser).
 
-  `w_a = "diagonal"`: W_A = diag(tanh theta), one decay per channel (the spec's "pre-multiply if
-  W_A is diagonal"); `"symmetric"`: W_A = U diag(tanh theta) U^T with U orthogonal by the Cayley
-  map. Both keep ||W_A||_2 < 1.
+  `w_a = "diagonal"`: W_A = diag(tanh theta), one decay per channel (W_A^dist is then a per-channel
+  scalar power, applied inside the kernel's passes); `"symmetric"`: W_A = U diag(tanh theta) U^T
+  with U orthogonal by the Cayley map. Both keep ||W_A||_2 < 1.
   """
 
   eigenvalue_init: float = 0.9
@@ -216,3 +223,49 @@ class FGLStudent(nn.Module):
       fused = fused + gamma * fuser(h, trees["parent"], trees["weight_up"], trees["weight_down"])
     fused = nn.Dropout(self.dropout, deterministic=deterministic)(fused)
     return nn.Dense(self.num_classes, name="w_h")(fused)
+
+
+def baseline(
+  kind: str, hidden: int, num_classes: int, num_layers: int, heads: int, dropout: float
+) -> nn.Module:
+  """The local baseline `kind` ("mlp" | "gcn" | "gat"); `heads` is read by GAT only."""
+  if kind == "mlp":
+    return MLP(hidden, num_classes, num_layers, dropout)
+  if kind == "gcn":
+    return GCN(hidden, num_classes, num_layers, dropout)
+  return GAT(hidden, num_classes, num_layers, heads, dropout)
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeClassifier:
+  """A module of this file and how to call it on the full graph.
+
+  `fixed` holds a run's edge arrays (`senders`, `receivers`, and for the FGL student the per-edge
+  `attention`); `batch` holds the student's trees (`parent`, `weight_up`, `weight_down`) or None.
+  """
+
+  kind: str  # "mlp" | "gcn" | "gat" | "estimator" | "fgl"
+  module: nn.Module
+  features: jax.Array
+
+  def arguments(self, fixed, batch) -> tuple:
+    if self.kind == "mlp":
+      return (self.features,)
+    if self.kind == "fgl":
+      edges = (fixed["senders"], fixed["receivers"], fixed["attention"])
+      return (self.features, *edges, batch)
+    return (self.features, fixed["senders"], fixed["receivers"])
+
+  def init(self, rng, fixed, batch):
+    return self.module.init(rng, *self.arguments(fixed, batch), deterministic=True)
+
+  def logits(self, params, fixed, batch, deterministic: bool, rng=None):
+    rngs = None if deterministic else {"dropout": rng}
+    out = self.module.apply(
+      params, *self.arguments(fixed, batch), deterministic=deterministic, rngs=rngs
+    )
+    return out[0] if self.kind == "estimator" else out
+
+  def attention(self, params, fixed):
+    """The estimator's per-edge attention (deterministic)."""
+    return self.module.apply(params, *self.arguments(fixed, None), deterministic=True)[1]
