@@ -36,7 +36,6 @@ training from it sees gradients rather than a saturated loss.
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Mapping
 
 import jax
@@ -48,11 +47,14 @@ import optax
 from core import dcd_constructions
 from core.data import groups as groups_lib
 from core.nn import ssm
+from experiments.reports import figure_grid, markdown_table
 from methods.base import (
   ConfigError,
   Method,
   Phase,
   Report,
+  cached_per_config,
+  config_key,
   require,
   require_choice,
   require_positive_int,
@@ -155,14 +157,9 @@ def train_step(config, model, state, batch, rng):
 # ---------------------------------------------------------------------------------------------------
 
 
-def _frozen(config: ml_collections.ConfigDict) -> str:
-  return config.to_json(sort_keys=True)
-
-
-@functools.lru_cache(maxsize=16)
-def _correct_fn(frozen: str):
+@cached_per_config(maxsize=16)
+def _correct_fn(config: ml_collections.ConfigDict):
   """Jitted `(params, x, y) -> [batch, T] bool` correctness of every position."""
-  config = ml_collections.ConfigDict(json.loads(frozen))
   model = model_of(config, group_of(config))
   return jax.jit(lambda params, x, y: jnp.argmax(model.apply(params, x), -1) == y)
 
@@ -176,7 +173,7 @@ def _fingerprint(params) -> float:
 
 def accuracy_by_position(config: ml_collections.ConfigDict, params) -> np.ndarray:
   """Accuracy at each position 1..max(eval.lengths) over the fixed evaluation set, `[T]`."""
-  key = (_frozen(config), _fingerprint(params))
+  key = (config_key(config), _fingerprint(params))
   if key not in _CURVES:
     _CURVES.clear()
     _CURVES[key] = _accuracy_by_position(config, params)
@@ -188,7 +185,7 @@ def _accuracy_by_position(config: ml_collections.ConfigDict, params) -> np.ndarr
   data = groups_lib.evaluation_set(
     group, max(lengths), config.eval.num_sequences, config.data.eval_seed
   )
-  correct_fn, size = _correct_fn(_frozen(config)), config.eval.batch_size
+  correct_fn, size = _correct_fn(config), config.eval.batch_size
   hits = np.zeros(max(lengths))
   for start in range(0, config.eval.num_sequences, size):
     x, y = data["x"][start : start + size], data["y"][start : start + size]
@@ -221,13 +218,8 @@ def evaluate(config, state) -> dict[str, float]:
 
 
 def accuracy_figure(config, state):
-  import matplotlib
-
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-
   curve = accuracy_by_position(config, state["params"])
-  fig, ax = plt.subplots(figsize=(6, 3))
+  fig, ((ax,),) = figure_grid(figsize=(6, 3))
   ax.plot(np.arange(1, len(curve) + 1), curve)
   ax.axvline(config.data.train_length, color="gray", ls="--", label="train length")
   ax.axhline(config.eval.threshold, color="C3", ls=":", label=f"{config.eval.threshold:.0%}")
@@ -440,16 +432,14 @@ def _length_cell(longest) -> str:
 
 def _pivot(config, results) -> str:
   """The paper-style table: longest length with accuracy > threshold, group x (model, layers)."""
-  study = config.study
-  columns = [tuple(c) for c in study.e2_models]
-  lines = [
-    "| group | " + " | ".join(f"{k} {L}L" for k, L in columns) + " |",
-    "|" + "---|" * (len(columns) + 1),
-  ]
-  for group in study.e2_groups:
-    cells = [_length_cell(_longest(config, results, group, k, L)) for k, L in columns]
-    lines.append(f"| {group} | " + " | ".join(cells) + " |")
-  return "\n".join(lines) + "\n"
+  columns = [tuple(c) for c in config.study.e2_models]
+  return markdown_table(
+    [
+      {"group": group}
+      | {f"{k} {L}L": _length_cell(_longest(config, results, group, k, L)) for k, L in columns}
+      for group in config.study.e2_groups
+    ]
+  )
 
 
 def _group_facts(names) -> dict[str, dict]:
@@ -500,17 +490,12 @@ def _summary(config, results) -> dict:
 
 
 def _figures(config, results):
-  import matplotlib
-
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-
   study = config.study
   columns = [tuple(c) for c in study.e2_models]
   grid = np.array(
     [[_longest(config, results, g, k, L) or 0.0 for k, L in columns] for g in study.e2_groups]
   )
-  fig, axes = plt.subplots(1, 2, figsize=(13, 4), gridspec_kw={"width_ratios": [3, 1]})
+  fig, (axes,) = figure_grid(1, 2, figsize=(13, 4), gridspec_kw={"width_ratios": [3, 1]})
   image = axes[0].imshow(grid, cmap="viridis", vmin=0, vmax=max(config.eval.lengths), aspect="auto")
   axes[0].set_xticks(range(len(columns)), [f"{k}\n{L}L" for k, L in columns], fontsize=7)
   axes[0].set_yticks(range(len(study.e2_groups)), study.e2_groups)

@@ -36,6 +36,7 @@ import numpy as np
 from core.causal import backdoor
 from core.causal import frontdoor as fd
 from core.data import frontdoor as dgp
+from experiments.reports import figure_grid, interval_cell
 from kernels.timing import median_seconds
 from methods.base import (
   Method,
@@ -49,6 +50,7 @@ from methods.base import (
 
 LEARNERS = ("plugin", "dr", "r", "backdoor")
 EXTERNAL = ("econml", "doubleml", "fdcate")
+EXTRA_INSTALL = "pip install -e '.[frontdoor]'"  # the optional extra the external baselines need
 PER_REPLICATION = "/replications"  # suffix of the (R,) array of a metric's per-replication values
 
 
@@ -149,6 +151,9 @@ def validate(config: ml_collections.ConfigDict) -> None:
   require(config.delta >= 0.0, "delta", f"must be >= 0, got {config.delta}")
   unknown = sorted(set(config.external) - set(EXTERNAL))
   require(not unknown, "external", f"unknown baselines {unknown}; choose from {EXTERNAL}")
+  if config.external:
+    missing = sorted(set(config.external) - set(available_external()))
+    require(not missing, "external", f"{missing} need the optional extra: {EXTRA_INSTALL}")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -187,15 +192,27 @@ def study_arms(config: ml_collections.ConfigDict):
   arms = {}
   for _, _, name, fields in _grid_arms(config):
     arms.setdefault(name, with_changes(config, **fields, external=()))
-  if config.study.external:
-    arms["external"] = with_changes(
-      config, data__n=config.study.n, delta=0.0, external=config.study.external
-    )
+  if external := _external_baselines(config):
+    arms["external"] = with_changes(config, data__n=config.study.n, delta=0.0, external=external)
   return list(arms.items())
 
 
+def _skipped(config) -> list[str]:
+  return sorted(set(config.study.external) - set(_external_baselines(config)))
+
+
+def external_note(config) -> str:
+  """The report's line on which optional baselines ran and how to enable the skipped ones."""
+  ran = list(_external_baselines(config)) or "none"
+  skipped = _skipped(config)
+  return f"External baselines run: {ran}" + (
+    f" (skipped: {skipped}; install them with {EXTRA_INSTALL})." if skipped else "."
+  )
+
+
 def _external_baselines(config) -> tuple[str, ...]:
-  """The study's optional baselines whose packages are installed."""
+  """The study's optional baselines whose packages are installed: a study skips the others (its
+  notes say how to enable them); a run that names one in `config.external` fails validation."""
   return tuple(b for b in config.study.external if b in available_external())
 
 
@@ -220,7 +237,7 @@ def report(config, results: Mapping[str, Mapping[str, float]]) -> Report:
     row = {"sweep": sweep, "value": value, "arm": name}
     for method in LEARNERS:
       mean, half = _interval(results[name], f"rmse_{method}")
-      row[f"rmse_{method}"] = f"{mean:.3f} ± {half:.3f}"
+      row[f"rmse_{method}"] = interval_cell(mean, half)
     row["ate_true"] = results[name]["ate_true"]
     row["ate_dr"] = results[name]["ate_dr"]
     row["ate_backdoor"] = results[name]["ate_backdoor"]
@@ -239,8 +256,7 @@ def report(config, results: Mapping[str, Mapping[str, float]]) -> Report:
       f"delta = 0 ('n') and delta = {config.study.slow_delta:g} ('n_slow', nuisances at the "
       f"n^-1/4 rate); delta, weak-overlap kappa (at both deltas) and front-door violation alpha_u at n = "
       f"{config.study.n}. 'backdoor' is the naive DR-learner of X -> Y given C; ate_naive the "
-      "unadjusted contrast. External baselines run: "
-      f"{list(_external_baselines(config)) or 'none (pip install -e .[frontdoor])'}."
+      "unadjusted contrast. " + external_note(config)
     ),
   )
 
@@ -279,11 +295,6 @@ def _summary(config, grid, results) -> dict[str, float]:
 
 
 def _figure(config, grid, results):
-  import matplotlib
-
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-
   panels = [
     ("n", "n (delta = 0)", True),
     ("n_slow", f"n (delta = {config.study.slow_delta:g})", True),
@@ -292,7 +303,7 @@ def _figure(config, grid, results):
     ("kappa_slow", f"weak-overlap kappa (delta = {config.study.slow_delta:g})", False),
     ("alpha_u", "front-door violation alpha_u", False),
   ]
-  fig, axes = plt.subplots(2, 3, figsize=(13, 7.5))
+  fig, axes = figure_grid(2, 3, figsize=(13, 7.5))
   axes = axes.ravel()
   for ax, (sweep, label, log) in zip(axes, panels, strict=True):
     points = _sweep(grid, sweep)
@@ -340,7 +351,7 @@ def _require(name: str):
     return importlib.import_module(_PACKAGES[name])
   except ImportError as error:
     raise ImportError(
-      f"config.external: {name!r} needs the optional extra: pip install -e '.[frontdoor]'"
+      f"config.external: {name!r} needs the optional extra: {EXTRA_INSTALL}"
     ) from error
 
 

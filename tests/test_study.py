@@ -1,0 +1,83 @@
+"""The study runner checks every arm before the first one runs; optional baselines follow one rule."""
+
+import dataclasses
+import importlib.util
+
+import pytest
+
+import methods
+from experiments import study
+from methods.base import ConfigError, Report, with_changes
+
+methods.register("toy", "toy_method")
+import toy_method  # noqa: E402
+
+
+@pytest.fixture
+def toy_study(monkeypatch):
+  """The toy method with a study of three arms whose last one `bad_last` may break."""
+
+  def arms(config):
+    good = [(f"lr{lr:g}", with_changes(config, learning_rate=lr)) for lr in (0.1, 0.05)]
+    return good + [("last", with_changes(config, batch_size=config.bad_last_batch_size))]
+
+  def report(config, results):
+    return Report(rows=[{"arm": name, **r} for name, r in results.items()])
+
+  study_method = dataclasses.replace(toy_method.METHOD, study_arms=arms, report=report)
+  monkeypatch.setattr(toy_method, "METHOD", study_method)
+  config = toy_method.get_config()
+  config.steps = 2
+  config.bad_last_batch_size = 8
+  return config
+
+
+def test_invalid_last_arm_fails_before_the_first_arm_runs(toy_study, tmp_path):
+  toy_study.bad_last_batch_size = 0
+  with pytest.raises(ConfigError, match=r"^study arm 'last': config.batch_size: must be positive"):
+    study.run_study(toy_study, str(tmp_path))
+  assert list(tmp_path.iterdir()) == []
+
+
+def test_valid_study_runs_every_arm(toy_study, tmp_path):
+  payload = study.run_study(toy_study, str(tmp_path))
+  assert [row["arm"] for row in payload["rows"]] == ["lr0.1", "lr0.05", "last"]
+
+
+def test_repeated_arm_names_are_refused(toy_study, tmp_path, monkeypatch):
+  method = toy_method.METHOD
+  twice = lambda config: [("a", config), ("a", config)]
+  monkeypatch.setattr(toy_method, "METHOD", dataclasses.replace(method, study_arms=twice))
+  with pytest.raises(ConfigError, match=r"names \['a'\] are used more than once"):
+    study.run_study(toy_study, str(tmp_path))
+  assert list(tmp_path.iterdir()) == []
+
+
+_EXTRA_INSTALLED = all(
+  importlib.util.find_spec(m) is not None for m in ("econml", "doubleml", "fd_cate")
+)
+
+
+@pytest.mark.skipif(_EXTRA_INSTALLED, reason="the optional front-door extra is installed here")
+def test_study_skips_a_missing_optional_baseline_and_says_how_to_enable_it():
+  from configs import frontdoor as frontdoor_config
+  from methods import frontdoor
+
+  config = frontdoor_config.get_config("study")
+  arms = dict(frontdoor.study_arms(config))
+  assert "external" not in arms
+  study.check_arms(list(arms.items()))
+  note = frontdoor.external_note(config)
+  assert note.startswith("External baselines run: none (skipped: ['doubleml', 'econml', 'fdcate']")
+  assert frontdoor.EXTRA_INSTALL in note
+
+
+@pytest.mark.skipif(_EXTRA_INSTALLED, reason="the optional front-door extra is installed here")
+def test_a_run_asking_for_a_missing_baseline_fails_at_validation():
+  from configs import frontdoor as frontdoor_config
+  from methods import frontdoor
+
+  config = frontdoor_config.get_config()
+  config.external = ("econml",)
+  with pytest.raises(ConfigError, match=r"config.external: \['econml'\] need the optional extra"):
+    frontdoor.validate(config)
