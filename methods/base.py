@@ -139,6 +139,31 @@ def require_choice(config: ml_collections.ConfigDict, field: str, choices: Seque
   require(value in choices, field, f"must be one of {list(choices)}, got {value!r}")
 
 
+def require_prepared_tfds(config: ml_collections.ConfigDict, field: str, name: str) -> None:
+  """Raises a one-line `ConfigError` naming `field` (the data_dir) unless the tfds dataset `name` is
+  prepared there; the message says how to prepare it (nothing is downloaded at run time)."""
+  from core.data import prepared
+
+  data_dir = lookup(config, field)
+  problem = prepared.tfds_dataset_problem(name, data_dir)
+  require(
+    problem is None,
+    field,
+    f"{problem}; this variant reads tfds {name!r} from a prepared folder: on a machine with network "
+    f"access run `{prepared.tfds_build_command(name)}`, copy DIR here and pass --config.{field}=DIR "
+    "(docs/paper_scale.md)",
+  )
+
+
+def require_file(config: ml_collections.ConfigDict, field: str, what: str, how: str) -> None:
+  """Raises a one-line `ConfigError` naming `field` unless it is a readable file; `what` says what
+  the file holds and `how` how to make it."""
+  from core.data import prepared
+
+  problem = prepared.file_problem(lookup(config, field))
+  require(problem is None, field, f"{problem}; expected {what}; {how} (docs/paper_scale.md)")
+
+
 def lookup(config: ml_collections.ConfigDict, field: str) -> Any:
   """`config.a.b` for `field = "a.b"`, with an error naming the missing field."""
   node = config

@@ -23,7 +23,6 @@ evaluation and sampling.
 from __future__ import annotations
 
 import functools
-import json
 import math
 from collections.abc import Mapping
 
@@ -37,7 +36,17 @@ from core import diffusion
 from core import quant_diffusion as qd
 from core.data import batching, images
 from core.nn.mlp import TimeConditionedMLP
-from methods.base import Method, Phase, Report, require, require_choice, require_positive_int
+from experiments.reports import figure_grid
+from methods.base import (
+  Method,
+  Phase,
+  Report,
+  cached_per_config,
+  require,
+  require_choice,
+  require_positive_int,
+  require_prepared_tfds,
+)
 
 KINDS = ("qdpm", "vdm", "dequantized")
 
@@ -196,19 +205,9 @@ def train_step(config, state, batch, rng):
   return {"params": params, "ema_params": ema, "opt_state": opt_state}, metrics
 
 
-def _frozen(config: ml_collections.ConfigDict) -> str:
-  """A hashable copy of the config, so jitted evaluation functions are built once per config."""
-  return config.to_json(sort_keys=True)
-
-
-def _thawed(frozen: str) -> ml_collections.ConfigDict:
-  return ml_collections.ConfigDict(json.loads(frozen))
-
-
-@functools.lru_cache(maxsize=32)
-def _bound_fn(frozen: str, null: bool):
+@cached_per_config(maxsize=32)
+def _bound_fn(config: ml_collections.ConfigDict, null: bool):
   """Jitted `(params, x0 chunk, rng) -> per-image bits/dim`."""
-  config = _thawed(frozen)
   grid, kind, samples = grid_of(config), config.model.kind, config.eval.num_u_samples
 
   def chunk_bpd(params, x0, rng):
@@ -227,7 +226,7 @@ def bound_bits_per_dim(config, params, x: np.ndarray, rng, null: bool = False) -
 
   Images go through in chunks of `config.eval.chunk` (the last one padded), one compilation in all.
   """
-  chunk_bpd, size = _bound_fn(_frozen(config), null), config.eval.chunk
+  chunk_bpd, size = _bound_fn(config, null), config.eval.chunk
   out = []
   for i, start in enumerate(range(0, len(x), size)):
     chunk = x[start : start + size]
@@ -238,10 +237,9 @@ def bound_bits_per_dim(config, params, x: np.ndarray, rng, null: bool = False) -
   return np.concatenate(out)
 
 
-@functools.lru_cache(maxsize=32)
-def _sampler_fn(frozen: str, dim: int, order: int):
+@cached_per_config(maxsize=32)
+def _sampler_fn(config: ml_collections.ConfigDict, dim: int, order: int):
   """Jitted `(params, rng) -> samples`: QDPM-Solver-`order`, or the baselines' ancestral sampler."""
-  config = _thawed(frozen)
   grid, shape, steps = grid_of(config), (config.eval.num_samples, dim), config.eval.sampler_steps
   if config.model.kind == "qdpm":
     sample = functools.partial(qd.qdpm_sample, shape=shape, grid=grid, num_steps=steps, order=order)
@@ -258,7 +256,7 @@ def draw_samples(config, params, rng, dim: int, order: int = 1, at_t0: bool = Tr
   """Samples of the model. QDPM's last solver step returns `x_hat(x_s, s)` at the last positive time
   `s` of its u-grid; `at_t0` then applies the model's own `x_hat(., 0) = round` (u(0) = 0, Prop. 2).
   The baselines' samples are their `x_hat` at `t_min`, never rounded."""
-  samples = np.asarray(_sampler_fn(_frozen(config), dim, order)(params, rng))
+  samples = np.asarray(_sampler_fn(config, dim, order)(params, rng))
   if config.model.kind == "qdpm" and at_t0:
     return np.asarray(qd.nearest_level(jnp.asarray(samples), grid_of(config)))
   return samples
@@ -342,6 +340,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
       "data.num_levels",
       f"must be in 2..256, got {levels}",
     )
+    require_prepared_tfds(config, "data.data_dir", config.data.name)
   for field in (
     "model.width",
     "model.depth",
@@ -378,11 +377,6 @@ def study_arms(config: ml_collections.ConfigDict):
 
 
 def report(config, results: Mapping[str, Mapping[str, float]]) -> Report:
-  import matplotlib
-
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-
   rows = [
     {
       "model": kind,
@@ -405,7 +399,7 @@ def report(config, results: Mapping[str, Mapping[str, float]]) -> Report:
     "log2_num_levels": results["qdpm"]["log2_num_levels"],
     "memorization_floor_bpd": results["qdpm"]["memorization_floor_bpd"],
   }
-  fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
+  fig, (axes,) = figure_grid(1, 2, figsize=(9, 3.5))
   kinds = list(results)
   axes[0].bar(
     kinds, [bpd[k] for k in kinds], yerr=[results[k]["test_bpd_stderr"] for k in kinds], color="C0"

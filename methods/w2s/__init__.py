@@ -71,7 +71,13 @@ import numpy as np
 
 from core.data import images
 from core.data.spurious_splits import NUM_GROUPS
-from methods.base import Method, require, require_choice, require_positive_int
+from methods.base import (
+  Method,
+  require,
+  require_choice,
+  require_positive_int,
+  require_prepared_tfds,
+)
 from methods.w2s import phases
 from methods.w2s.classification import digits_data, e2_data, group_data, tfds_data
 from methods.w2s.regression import _key
@@ -172,6 +178,8 @@ def _validate_classification(config) -> None:
     require_positive_int(config, "pretrain.batch_size")
   if config.task == "digits":
     _validate_digits(config)
+  if config.task == "tfds":
+    require_prepared_tfds(config, "tfds.data_dir", config.tfds.name)
 
 
 def _validate_digits(config) -> None:
