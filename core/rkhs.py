@@ -1,14 +1,14 @@
 """Kernels on state-action pairs, kernel TD and the exponentiated (KL-proximal) policy step.
 
 Zou, Ren, Zhang, Ding, Li, "Sampling Complexity of TD and PPO in RKHS" (ICLR 2026, arXiv 2509.24991).
-Notation of the paper (spec Sec. 1): omega = (s, a); a batch of n one-step tuples
+Notation of the paper's Alg. 1 ("NPG in RKHS"): omega = (s, a); a batch of n one-step tuples
 (omega0_i, r_i, omega1_i); K_ij = K(omega0_i, omega0_j), C_ij = K(omega1_i, omega0_j).
 
 * Kernel. K((s, a), (s', a')) = k_RBF(s, s') 1[a = a'] (`state_action_gram`). An action enters as a
   weight vector over actions: one-hot for a taken or sampled action, pi(.|s) for the expectation over
   a1 (then C_ij = k(s1_i, s0_j) pi(a0_j | s1_i)). Random Fourier features (Rahimi and Recht 2007)
   approximate k_RBF, and phi(s) (x) e_a the product kernel (`random_features`, `feature_values`).
-* Kernel TD in coefficient form (Sec. 1, "RKHS functional-gradient iterations"): with
+* Kernel TD in coefficient form (Alg. 1 (ii), the paper's RKHS functional-gradient iteration): with
   f = sum_i b_i K(omega0_i, .), f_{t+1} = (1 - alpha) f_t - eta sum_i delta_i K(omega0_i, .) is
   b_{t+1} = (1 - alpha) b_t - eta (K b_t - r - gamma C b_t)  (`kernel_td_iterate`), whose fixed point
   is b = (K + (alpha/eta) I - gamma C)^{-1} r, the fixed-point kernel ridge regression with
@@ -16,11 +16,13 @@ Notation of the paper (spec Sec. 1): omega = (s, a); a batch of n one-step tuple
   `discounts` is the vector gamma (1 - terminal_i) and gamma C is diag(discounts) C.
 * The same iteration on features theta (primal form, `feature_td_iterate`): theta = Psi0^T b, so its
   fixed point predicts exactly what the coefficient form predicts with K = Psi0 Psi0^T.
-* Policy step (Sec. 1 (iii)): pi_{k+1} = argmax_pi Delta_k <f^(k), pi> - KL(pi || pi_k)
+* Policy step (Alg. 1 (iii)): pi_{k+1} = argmax_pi Delta_k <f^(k), pi> - KL(pi || pi_k)
   = softmax(log pi_k + Delta_k f^(k)) (`proximal_policy_update`), so
   pi_{k+1} = softmax(sum_{j<=k} Delta_j f^(j)): the logits are one kernel expansion whose
   coefficients accumulate (`KernelExpansion` for the exact kernel, `Theta_k = Theta_{k-1} +
   Delta_k theta^(k)` for features).
+* One critic per batch (`exact_td_critic`, `feature_td_critic`): the iteration or the closed form,
+  and the mean squared TD residual of the result over the valid rows.
 """
 
 from __future__ import annotations
@@ -241,6 +243,64 @@ def feature_td_fixed_point(
 
 
 # ---------------------------------------------------------------------------------------------------
+# One critic per batch: iterate or solve, and the fit's mean squared TD residual
+# ---------------------------------------------------------------------------------------------------
+
+TD_SOLVERS = ("iterate", "solve")
+
+
+def _mean_square(residual: jax.Array, valid: jax.Array) -> jax.Array:
+  residual = jnp.where(valid, residual, 0.0)
+  return jnp.sum(residual**2) / jnp.maximum(jnp.sum(valid), 1)
+
+
+def exact_td_critic(
+  x0: jax.Array,
+  actions0: jax.Array,
+  x1: jax.Array,
+  actions1: jax.Array,
+  rewards: jax.Array,
+  discounts: jax.Array,
+  alpha: float,
+  eta: float | jax.Array,
+  num_iters: int,
+  solver: str = "iterate",
+  mask: jax.Array | None = None,
+) -> tuple[jax.Array, jax.Array]:
+  """b^(k) of one batch with the exact kernel: the dense Grams K = K(omega0, omega0) and
+  C = K(omega1, omega0), then `num_iters` coefficient iterations from 0 (`solver="iterate"`) or the
+  closed-form fixed point (`"solve"`). Returns b and the mean squared TD residual of the valid rows."""
+  valid = _masked(mask, rewards.shape[0])
+  gram0 = state_action_gram(x0, actions0, x0, actions0)
+  gram10 = state_action_gram(x1, actions1, x0, actions0)
+  if solver == "solve":
+    b = kernel_td_fixed_point(gram0, gram10, rewards, discounts, alpha, eta, valid)
+  else:
+    b = kernel_td_iterate(gram0, gram10, rewards, discounts, alpha, eta, num_iters, mask=valid)
+  return b, _mean_square(kernel_td_residual(b, gram0, gram10, rewards, discounts), valid)
+
+
+def feature_td_critic(
+  batch: FeatureBatch,
+  init: jax.Array,
+  alpha: float,
+  eta: float | jax.Array,
+  num_iters: int,
+  solver: str = "iterate",
+  mask: jax.Array | None = None,
+) -> tuple[jax.Array, jax.Array]:
+  """theta^(k) of one batch in feature form: `num_iters` iterations from `init` (`solver="iterate"`;
+  a warm start or zeros) or the closed-form fixed point (`"solve"`, which ignores `init`). Returns
+  theta and the mean squared TD residual of the valid rows."""
+  valid = _masked(mask, batch.rewards.shape[0])
+  if solver == "solve":
+    theta = feature_td_fixed_point(batch, alpha, eta, valid)
+  else:
+    theta = feature_td_iterate(init, batch, alpha, eta, num_iters, valid)
+  return theta, _mean_square(feature_td_residual(theta, batch), valid)
+
+
+# ---------------------------------------------------------------------------------------------------
 # The exponentiated (KL-proximal) policy step
 # ---------------------------------------------------------------------------------------------------
 
@@ -249,7 +309,7 @@ def proximal_policy_update(
   log_policy: jax.Array, critic_values: jax.Array, step_size: float | jax.Array
 ) -> jax.Array:
   """log pi_{k+1} = log softmax(log pi_k + Delta_k f^(k)), the maximiser of
-  Delta_k <f^(k)(s, .), pi> - KL(pi || pi_k) over the simplex (explicit PPO = NPG, Sec. 1 (iii))."""
+  Delta_k <f^(k)(s, .), pi> - KL(pi || pi_k) over the simplex (explicit PPO = NPG, Alg. 1 (iii))."""
   return jax.nn.log_softmax(log_policy + step_size * critic_values, axis=-1)
 
 

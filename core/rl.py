@@ -1,5 +1,6 @@
 """Reinforcement-learning pieces shared by the RL methods: jitted gymnax environments, rollouts,
-GAE, the clipped PPO surrogate, step-size and sampling schedules, a policy/value MLP and a timer.
+GAE, the clipped PPO surrogate and an actor-critic PPO loss, the NN-NPG loss of Zou et al.'s released
+code, epochs of minibatch updates, step-size and sampling schedules, a policy/value MLP and a timer.
 
 Everything here is pure and traceable: a rollout is a `lax.scan` over environment steps with the
 environment's own auto-reset, so a whole "collect, then update" iteration can live in one jitted
@@ -21,6 +22,7 @@ from typing import Any, NamedTuple
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import optax
 
 ENVIRONMENTS = ("CartPole-v1", "Acrobot-v1")
 
@@ -186,6 +188,29 @@ def sample_action(logits: jax.Array, rng: jax.Array) -> jax.Array:
   return jax.random.categorical(rng, logits).astype(jnp.int32)
 
 
+def policy_act(logits_fn: Callable[[jax.Array], jax.Array]) -> ActFn:
+  """The `ActFn` that samples from `softmax(logits_fn(obs))` and records nothing."""
+
+  def act(obs, rng):
+    return sample_action(logits_fn(obs), rng), {}
+
+  return act
+
+
+def actor_critic_act(apply_fn: Callable, params) -> ActFn:
+  """The `ActFn` of an actor-critic head `apply_fn(params, obs) -> (logits..., value)`: samples from
+  the logits and records the action's log-probability and the state value (what PPO's update reads)."""
+
+  def act(obs, rng):
+    out = apply_fn(params, obs)
+    logits, value = out[:-1], out[-1]
+    action = sample_action(logits, rng)
+    log_prob = jax.nn.log_softmax(logits)[action]
+    return action, {"log_prob": log_prob, "value": value}
+
+  return act
+
+
 def evaluation_returns(
   env, env_params, logits_fn: Callable, rng: jax.Array, num_episodes: int, max_steps: int
 ) -> jax.Array:
@@ -295,12 +320,111 @@ def ppo_clip_loss(
   return -jnp.mean(jnp.minimum(ratio * advantages, clipped * advantages))
 
 
+def npg_joint_loss(
+  apply_fn: Callable,
+  params,
+  old_params,
+  batch: Transition,
+  step_size: jax.Array,
+  gamma: float,
+  value_coef: float,
+  entropy_coef: float,
+  bootstrap_current_state: bool = False,
+  time_limit_terminal: bool = False,
+) -> tuple[jax.Array, dict]:
+  """The NN-NPG loss of the released code of Zou et al. (ICLR 2026; conniemessi/TD-and-PPO-in-RKHS,
+  `main_discrete.py`): one head `f = apply_fn(params, obs)` gives the logits of pi and Q at once, and
+
+    -E[<pi, Qbar> - (1/Delta) KL(pi || pi_old)] + c_v (Q(s, a) - target)^2 - c_ent H(pi),
+    target = r + gamma (1 - terminal) sum_a' pi(a'|s') Qbar(s', a'),
+
+  with Qbar and the target stop-gradient. The released code's quirks are flags: it weights Qbar(s', .)
+  by pi(.|s) (`bootstrap_current_state`) and treats a time-limit truncation as terminal
+  (`time_limit_terminal`). Returns the loss and `critic_loss`, `kl`, `entropy`.
+  """
+  logits = apply_fn(params, batch.obs)
+  next_q = jax.lax.stop_gradient(apply_fn(params, batch.next_obs))
+  old_logits = apply_fn(old_params, batch.obs)
+  q_bar = jax.lax.stop_gradient(logits)
+  probs = jax.nn.softmax(logits)
+  kl = categorical_kl(logits, old_logits)
+  policy_loss = -jnp.mean(jnp.sum(probs * q_bar, -1) - kl / step_size)
+  bootstrap_logits = q_bar if bootstrap_current_state else next_q
+  next_value = jnp.sum(jax.nn.softmax(bootstrap_logits) * next_q, -1)
+  terminal = batch.done if time_limit_terminal else batch.terminated
+  target = batch.reward + gamma * (1.0 - terminal) * next_value
+  q_taken = jnp.take_along_axis(logits, batch.action[:, None], -1)[:, 0]
+  critic_loss = jnp.mean((q_taken - target) ** 2)
+  entropy = jnp.mean(categorical_entropy(logits))
+  loss = policy_loss + value_coef * critic_loss - entropy_coef * entropy
+  return loss, {"critic_loss": critic_loss, "kl": jnp.mean(kl), "entropy": entropy}
+
+
+def actor_critic_ppo_loss(
+  apply_fn: Callable,
+  params,
+  batch: Transition,
+  advantages: jax.Array,
+  targets: jax.Array,
+  clip: float,
+  value_coef: float,
+  entropy_coef: float,
+  normalize_advantages: bool = True,
+) -> tuple[jax.Array, dict]:
+  """Clip-PPO on an actor-critic head `apply_fn(params, obs) -> (logits..., value)`: the clipped
+  surrogate + c_v (V - target)^2 - c_ent H, with `batch.extras["log_prob"]` recorded at collection
+  (`actor_critic_act`) and advantages and value targets from `gae`. Returns the loss and
+  `critic_loss`, `entropy`."""
+  out = apply_fn(params, batch.obs)
+  logits, values = out[:, :-1], out[:, -1]
+  if normalize_advantages:
+    advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+  policy_loss = ppo_clip_loss(logits, batch.extras["log_prob"], batch.action, advantages, clip)
+  critic_loss = jnp.mean((values - targets) ** 2)
+  entropy = jnp.mean(categorical_entropy(logits))
+  loss = policy_loss + value_coef * critic_loss - entropy_coef * entropy
+  return loss, {"critic_loss": critic_loss, "entropy": entropy}
+
+
 def minibatches(num_rows: int, minibatch_size: int, rng: jax.Array | None) -> jax.Array:
   """Row indices `(num_minibatches, minibatch_size)`: in order (rng None) or a random permutation."""
   if num_rows % minibatch_size:
     raise ValueError(f"{num_rows} rows do not split into minibatches of {minibatch_size}")
   order = jnp.arange(num_rows) if rng is None else jax.random.permutation(rng, num_rows)
   return order.reshape(num_rows // minibatch_size, minibatch_size)
+
+
+def minibatch_epochs(
+  optimizer: optax.GradientTransformation,
+  loss_fn: Callable,
+  params,
+  opt_state,
+  num_rows: int,
+  minibatch_size: int,
+  epochs: int,
+  rng: jax.Array,
+  shuffle: bool = False,
+):
+  """`epochs` passes of `optimizer` over minibatches of `minibatch_size` rows, in order unless
+  `shuffle`, as nested `lax.scan`s; `loss_fn(params, row indices) -> (loss, aux)`.
+
+  Returns the params, the optimiser state, and the loss and aux averaged over every minibatch step.
+  """
+
+  def minibatch_step(carry, indices):
+    params, opt_state = carry
+    (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, indices)
+    updates, opt_state = optimizer.update(grads, opt_state, params)
+    return (optax.apply_updates(params, updates), opt_state), (loss, aux)
+
+  def epoch(carry, epoch_rng):
+    order = minibatches(num_rows, minibatch_size, epoch_rng if shuffle else None)
+    return jax.lax.scan(minibatch_step, carry, order)
+
+  (params, opt_state), (losses, aux) = jax.lax.scan(
+    epoch, (params, opt_state), jax.random.split(rng, epochs)
+  )
+  return params, opt_state, jnp.mean(losses), jax.tree.map(jnp.mean, aux)
 
 
 # ---------------------------------------------------------------------------------------------------
