@@ -23,18 +23,25 @@ Choices where the paper is open: the indicator compares with the last *computed*
 re-evaluated after each recomputation (`reevaluate`); the protected tail is fixed at the first trigger;
 the decision is one scalar per batch; `reuse_mode="residual"` (cache `h_N - h_0`, add it to the fresh
 patch embedding) is offered next to the paper's `"output"`.
+
+Measuring a sampler: `step_flops` (XLA's cost analysis of a computed step, a reused step and the
+indicator), `flop_speedup` (the indicator counted on every computed step), `wall_speedup` (median of
+back-to-back timings against the reference) and `protected_tail_start` (where a trace's tail began).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import statistics
+import time
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from core import diffusion
-from kernels.block_cache import relative_l1_update
+from kernels.block_cache import reference, relative_l1_update
 
 KINDS = ("none", "bwcache", "schedule", "teacache")
 
@@ -80,7 +87,8 @@ def validate_policy(policy: CachePolicy, num_steps: int, depth: int) -> None:
 
 
 def fixed_interval_schedule(num_steps: int) -> tuple[bool, ...]:
-  """Reuse every other step in the middle third of the trajectory (spec Sec. 3, arm (d))."""
+  """Reuse every other step in the middle third of the trajectory: a cache with no indicator, the
+  fixed-interval baseline BWCache's indicator is compared with."""
   start, stop = num_steps // 3, (2 * num_steps) // 3
   return tuple(start <= j < stop and (j - start) % 2 == 1 for j in range(num_steps))
 
@@ -194,4 +202,77 @@ def _after_compute(
     reuse_left=jnp.where(trigger, policy.reuse_steps, 0),
     limit=limit,
     triggered=carry.triggered | trigger,
+  )
+
+
+# ---------------------------------------------------------------------------------------------------
+# Measuring a sampler: FLOPs, wall-clock speedup, the protected tail
+# ---------------------------------------------------------------------------------------------------
+
+
+def protected_tail_start(computed: np.ndarray) -> int:
+  """The step where the protected tail of a `"bwcache"` trace begins, from its `computed` mask: the
+  first trigger k is the step before the first reused one, and the tail is the last (T - k) / 2 steps
+  (T when nothing was reused)."""
+  reused = np.flatnonzero(~computed)
+  if reused.size == 0:
+    return len(computed)
+  k = int(reused[0]) - 1
+  return k + (len(computed) - k) // 2
+
+
+def compiled_flops(fn: Callable, *args) -> float:
+  """FLOPs of `jax.jit(fn)(*args)` from XLA's cost analysis of the compiled program."""
+  analysis = jax.jit(fn).lower(*args).compile().cost_analysis()
+  if isinstance(analysis, list | tuple):
+    analysis = analysis[0]
+  return float(analysis["flops"])
+
+
+def step_flops(model: BlockwiseModel, params: Any, x: jax.Array, t: jax.Array) -> dict[str, float]:
+  """FLOPs of one computed step (embed, every block, head), one reused step (embed, head) and the
+  indicator over every block's output, at inputs `x` and times `t (B,)`."""
+
+  def computed(p, x):
+    h0, c = model.embed(p, x, t)
+    h_n, outputs = model.run_blocks(p, h0, c)
+    return x - 0.1 * model.head(p, h_n, c), outputs
+
+  def reused(p, x, cache):
+    h0, c = model.embed(p, x, t)
+    return x - 0.1 * model.head(p, cache, c)
+
+  _, outputs = jax.eval_shape(computed, params, x)
+  cache = jnp.zeros(outputs.shape[1:], outputs.dtype)
+  previous = jnp.zeros(outputs.shape, outputs.dtype)
+  return {
+    "computed": compiled_flops(computed, params, x),
+    "reused": compiled_flops(reused, params, x, cache),
+    "indicator": compiled_flops(reference.relative_l1_update, previous, previous),
+  }
+
+
+def flop_speedup(flops: Mapping[str, float], computed: np.ndarray, reference_steps: int) -> float:
+  """FLOPs of `reference_steps` uncached steps over those of a trace whose `computed` mask says which
+  steps ran the blocks (each also paying the indicator) and which reused the cache (`step_flops`)."""
+  n_computed, n_reused = int(computed.sum()), int((~computed).sum())
+  cost = n_computed * (flops["computed"] + flops["indicator"]) + n_reused * flops["reused"]
+  return reference_steps * flops["computed"] / cost
+
+
+def _seconds(fn: Callable, *args) -> float:
+  start = time.perf_counter()
+  jax.block_until_ready(fn(*args))
+  return time.perf_counter() - start
+
+
+def wall_speedup(
+  reference_fn: Callable, reference_args: tuple, fn: Callable, args: tuple, repeats: int
+) -> float:
+  """Median over `repeats` of (reference time / `fn` time), the two timed back to back each round so
+  that changes in machine load affect both alike. Both are compiled before timing."""
+  jax.block_until_ready(reference_fn(*reference_args))
+  jax.block_until_ready(fn(*args))
+  return statistics.median(
+    _seconds(reference_fn, *reference_args) / _seconds(fn, *args) for _ in range(repeats)
   )

@@ -1,4 +1,5 @@
-"""Moving-shape videos (BWCache spec Sec. 3): seeded, deterministic, generated on the fly.
+"""Moving-shape videos: seeded, deterministic, generated on the fly; small enough to train a video DiT
+on a CPU (the toy setting in which this codebase tests BWCache's block caching, ICLR 2026).
 
 Each video has `frames` frames of `size x size` pixels in [-1, 1] (background -1) and 1..`max_shapes`
 shapes (square, disk or cross) of side 3..6 px and intensity U(0.2, 1), starting at a uniform position

@@ -18,7 +18,7 @@ temporal (across frames at one position) attention (`"alternating"`, as Latte an
 The forward is split so that samplers can cache block outputs (BWCache):
 `embed(x, t) -> (h0, c)`, `run_blocks(h0, c) -> (h_N, all block outputs (N, B, L, D))`,
 `head(h, c) -> velocity`, and `block_input_modulation(h0, c)` (block 0's AdaLN-modulated input, the
-signal TeaCache-style indicators read).
+signal TeaCache-style indicators read); `blockwise(net)` hands these to `core.block_cache`'s samplers.
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ import math
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+
+from core.block_cache import BlockwiseModel
 
 
 def timestep_embedding(
@@ -245,3 +247,20 @@ class VideoDiT(nn.Module):
     h, c = self.embed(x, t, labels)
     h, _ = self.run_blocks(h, c)
     return self.head(h, c)
+
+
+def blockwise(net: VideoDiT, label: int | None = None) -> BlockwiseModel:
+  """`net`'s forward split for the caching samplers of `core.block_cache`; every function takes the
+  parameters first. `label` (a class in `[0, num_classes]`, `num_classes` = unconditional) conditions
+  every sample of a class-conditional DiT; None for an unconditional one."""
+
+  def labels(x):
+    return None if label is None else jnp.full((x.shape[0],), label)
+
+  return BlockwiseModel(
+    embed=lambda p, x, t: net.apply(p, x, t, labels(x), method=VideoDiT.embed),
+    run_blocks=lambda p, h, c: net.apply(p, h, c, method=VideoDiT.run_blocks),
+    head=lambda p, h, c: net.apply(p, h, c, method=VideoDiT.head),
+    modulation=lambda p, h, c: net.apply(p, h, c, method=VideoDiT.block_input_modulation),
+    depth=net.depth,
+  )

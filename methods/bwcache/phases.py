@@ -1,37 +1,11 @@
-"""BWCache: "Accelerating Video Diffusion Transformers through Block-Wise Caching" (ICLR 2026).
-
-Claim: the per-block relative L1 change of a video DiT's block outputs between sampling steps is small
-in the middle of the trajectory; caching all block outputs when their mean change falls below delta and
-reusing them for R steps (with periodic recomputation and a protected tail) speeds sampling up with
-little loss of fidelity -- far less than taking fewer steps at the same compute.
-
-Phases:
-  train  training of a small video DiT (`core/nn/dit.py`) on moving-shape videos
-         (`core/data/videos.py`): rectified flow (velocity target, the spec's default) or DDPM with
-         eps prediction (`config.diffusion.kind = "ddpm"`, the Latte setting). With
-         `config.model.checkpoint` the phase restores the DiT instead and trains 0 steps: an orbax
-         checkpoint of this DiT's parameters, or a Latte state dict in a `.safetensors` file
-         (`config.model.checkpoint_format = "latte"`, converted by `core/nn/dit_convert.py`).
-  cache  training-free (0 steps): samples fixed noise with the uncached sampler (the reference)
-         and with every caching arm of `core/block_cache.py` -- BWCache over `config.cache.deltas` x
-         `config.cache.reuse_steps`, uniform step reduction at BWCache's number of computed steps,
-         fixed-interval reuse, a TeaCache-style indicator -- and reports fidelity against the reference
-         (PSNR/SSIM/MSE), reuse rate, block evaluations, FLOP ratio from XLA's cost analysis, measured
-         wall-clock speedup of the jitted samplers, indicator overhead, the ARL1(t) curve and the
-         step x block heat-map. The sampler is Euler for rectified flow and deterministic DDIM for
-         DDPM (`config.cache.sampler`); the caching code is the same for both.
-
-The headline arm (`config.cache.delta`, `config.cache.reuse`) gives `results.json`'s `speedup_wall`,
-`speedup_flops`, `psnr_vs_uncached` and `reuse_rate`. Training is step-budgeted (not wall-time) so that
-a resumed run ends where an uninterrupted one does; the default step count fits a few CPU minutes.
-"""
+"""BWCache's phases: `train` (a small video DiT on moving-shape videos, or a restored checkpoint) and
+`cache` (every caching arm against the uncached sampler on fixed noise). The paper and what the phases
+report are in `methods/bwcache/__init__.py`; the caching rule and its measurement in
+`core/block_cache.py`."""
 
 from __future__ import annotations
 
 import functools
-import statistics
-import time
-from collections.abc import Mapping
 
 import jax
 import jax.numpy as jnp
@@ -43,15 +17,9 @@ from core import block_cache, diffusion, image_metrics
 from core.data import videos
 from core.nn import dit_convert
 from core.nn.dit import VideoDiT
-from methods.base import (
-  ConfigError,
-  Method,
-  Phase,
-  Report,
-  require,
-  require_choice,
-  require_positive_int,
-)
+from core.nn.dit import blockwise as dit_blockwise
+from experiments.reports import figure_grid
+from methods.base import ConfigError, Phase, cached_per_config
 
 DATA_RANGE = 2.0  # videos live in [-1, 1]
 
@@ -85,25 +53,22 @@ def dit(config) -> VideoDiT:
   )
 
 
-def sample_labels(config, batch: int) -> jax.Array | None:
-  """Class labels for sampling (`cache.class_label`; -1 = the unconditional label), None if unconditional."""
+def sample_label(config) -> int | None:
+  """The class sampled (`cache.class_label`; -1 = the unconditional label), None if unconditional."""
   k = config.model.num_classes
   if not k:
     return None
-  return jnp.full((batch,), config.cache.class_label if config.cache.class_label >= 0 else k)
+  return config.cache.class_label if config.cache.class_label >= 0 else k
+
+
+def sample_labels(config, batch: int) -> jax.Array | None:
+  """`sample_label` for each of `batch` samples, None if unconditional."""
+  label = sample_label(config)
+  return None if label is None else jnp.full((batch,), label)
 
 
 def blockwise(config) -> block_cache.BlockwiseModel:
-  net = dit(config)
-  return block_cache.BlockwiseModel(
-    embed=lambda p, x, t: net.apply(
-      p, x, t, sample_labels(config, x.shape[0]), method=VideoDiT.embed
-    ),
-    run_blocks=lambda p, h, c: net.apply(p, h, c, method=VideoDiT.run_blocks),
-    head=lambda p, h, c: net.apply(p, h, c, method=VideoDiT.head),
-    modulation=lambda p, h, c: net.apply(p, h, c, method=VideoDiT.block_input_modulation),
-    depth=config.model.depth,
-  )
+  return dit_blockwise(dit(config), sample_label(config))
 
 
 def optimizer(config) -> optax.GradientTransformation:
@@ -169,7 +134,8 @@ def eps_loss(config, params, videos_batch, rng):
 
 
 def flow_loss(config, params, videos_batch, rng):
-  """Rectified-flow velocity regression, `t ~ logit-normal` (spec Sec. 3)."""
+  """Rectified-flow velocity regression with `t ~ logit-normal(0, 1)` (Esser et al. 2024, the
+  objective of Open-Sora 1.2, Wan 2.1 and HunyuanVideo, video DiTs the paper accelerates)."""
   t_rng, eps_rng = jax.random.split(rng)
   t = diffusion.logit_normal_time(t_rng, videos_batch.shape[:1])
   eps = jax.random.normal(eps_rng, videos_batch.shape)
@@ -225,10 +191,9 @@ def sampler(config, num_steps: int) -> diffusion.Sampler:
   return diffusion.euler_sampler(diffusion.rf_time_grid(num_steps, config.cache.time_shift))
 
 
-@functools.lru_cache(maxsize=64)
-def _jitted_sampler(frozen: str, policy: block_cache.CachePolicy, num_steps: int):
+@cached_per_config(maxsize=64)
+def jitted_sampler(config, policy: block_cache.CachePolicy, num_steps: int):
   """`(params, x_init, delta, reuse, threshold) -> (x, trace)`; the numeric knobs are traced."""
-  config = ml_collections.ConfigDict(__import__("json").loads(frozen))
   model, steps = blockwise(config), sampler(config, num_steps)
 
   def sample(params, x_init, delta, reuse, threshold):
@@ -238,10 +203,9 @@ def _jitted_sampler(frozen: str, policy: block_cache.CachePolicy, num_steps: int
   return jax.jit(sample)
 
 
-@functools.lru_cache(maxsize=16)
-def _jitted_plain_sampler(frozen: str, num_steps: int):
+@cached_per_config(maxsize=16)
+def jitted_plain_sampler(config, num_steps: int):
   """The uncached sampler with no indicator at all: the wall-clock and FLOP baseline."""
-  config = ml_collections.ConfigDict(__import__("json").loads(frozen))
   net, steps = dit(config), sampler(config, num_steps)
 
   def sample(params, x):
@@ -251,57 +215,11 @@ def _jitted_plain_sampler(frozen: str, num_steps: int):
   return jax.jit(sample)
 
 
-def _frozen(config) -> str:
-  return config.to_json(sort_keys=True)
-
-
-def _seconds(fn, *args) -> float:
-  start = time.perf_counter()
-  jax.block_until_ready(fn(*args))
-  return time.perf_counter() - start
-
-
-def _speedup(reference, reference_args, fn, args, repeats: int) -> float:
-  """Median over `repeats` of (reference time / `fn` time), the two timed back to back each round so
-  that changes in machine load affect both alike. Both are compiled before timing."""
-  jax.block_until_ready(reference(*reference_args))
-  jax.block_until_ready(fn(*args))
-  return statistics.median(
-    _seconds(reference, *reference_args) / _seconds(fn, *args) for _ in range(repeats)
-  )
-
-
-def _flops(fn, *args) -> float:
-  analysis = jax.jit(fn).lower(*args).compile().cost_analysis()
-  if isinstance(analysis, list | tuple):
-    analysis = analysis[0]
-  return float(analysis["flops"])
-
-
 def step_flops(config, params, x) -> dict[str, float]:
-  """FLOPs of one computed step, one reused step and the indicator (XLA cost analysis)."""
-  model, times = blockwise(config), sampler(config, config.cache.num_steps).times
+  """FLOPs of one computed step, one reused step and the indicator, in the middle of the grid."""
+  times = sampler(config, config.cache.num_steps).times
   t = jnp.full(x.shape[:1], times[config.cache.num_steps // 2])
-
-  def computed(p, x):
-    h0, c = model.embed(p, x, t)
-    h_n, outputs = model.run_blocks(p, h0, c)
-    return x - 0.1 * model.head(p, h_n, c), outputs
-
-  def reused(p, x, cache):
-    h0, c = model.embed(p, x, t)
-    return x - 0.1 * model.head(p, cache, c)
-
-  _, outputs = jax.eval_shape(computed, params, x)
-  cache = jnp.zeros(outputs.shape[1:], outputs.dtype)
-  previous = jnp.zeros(outputs.shape, outputs.dtype)
-  from kernels.block_cache import reference
-
-  return {
-    "computed": _flops(computed, params, x),
-    "reused": _flops(reused, params, x, cache),
-    "indicator": _flops(reference.relative_l1_update, previous, previous),
-  }
+  return block_cache.step_flops(blockwise(config), params, x, t)
 
 
 def _fidelity(x, reference) -> dict[str, float]:
@@ -312,24 +230,15 @@ def _fidelity(x, reference) -> dict[str, float]:
   }
 
 
-def _first_trigger_limit(computed: np.ndarray) -> int:
-  """The protected tail's start implied by the first reused step (first trigger = the step before)."""
-  reused = np.flatnonzero(~computed)
-  if reused.size == 0:
-    return len(computed)
-  k = int(reused[0]) - 1
-  return k + (len(computed) - k) // 2
-
-
 class _Arms:
   """Runs caching arms against one reference on fixed noise and collects their metrics."""
 
   def __init__(self, config, params, rng):
-    self.config, self.params, self.frozen = config, params, _frozen(config)
+    self.config, self.params = config, params
     self.num_steps = config.cache.num_steps
     shape = (config.cache.num_videos, *video_shape(config))
     self.x_init = jax.random.normal(rng, shape)
-    self.plain = _jitted_plain_sampler(self.frozen, self.num_steps)
+    self.plain = jitted_plain_sampler(config, self.num_steps)
     self.reference = self.plain(params, self.x_init)
     self.flops = step_flops(config, params, self.x_init)
 
@@ -342,29 +251,29 @@ class _Arms:
     threshold=0.0,
   ):
     steps = num_steps or self.num_steps
-    fn = _jitted_sampler(self.frozen, policy, steps)
+    fn = jitted_sampler(self.config, policy, steps)
     args = (self.params, self.x_init, jnp.float32(delta), jnp.int32(reuse), jnp.float32(threshold))
     x, trace = fn(*args)
-    speedup = _speedup(
+    speedup = block_cache.wall_speedup(
       self.plain, (self.params, self.x_init), fn, args, self.config.cache.timing_repeats
     )
     computed = np.asarray(trace["computed"])
     n_computed, n_reused = int(computed.sum()), int((~computed).sum())
-    f = self.flops
-    cost = n_computed * (f["computed"] + f["indicator"]) + n_reused * f["reused"]
     metrics = {
       **_fidelity(x, self.reference),
       "reuse_rate": n_reused / steps,
       "computed_steps": n_computed,
       "block_evaluations": n_computed * self.config.model.depth,
-      "speedup_flops": self.num_steps * f["computed"] / cost,
+      "speedup_flops": block_cache.flop_speedup(self.flops, computed, self.num_steps),
       "speedup_wall": speedup,
     }
     return metrics, trace
 
 
 def cache_evaluation(config, params, rng) -> tuple[dict[str, float], dict]:
-  """Every arm of the spec's Sec. 3 on the same noise; returns flat results and the traces for figures."""
+  """Every arm on the same noise: BWCache at the headline (delta, R) and over the grid, its residual
+  reuse mode, the uncached sampler with the indicator, fewer steps, fixed-interval reuse and a
+  TeaCache-style indicator. Returns flat results and the traces for the figures."""
   c = config.cache
   arms = _Arms(config, params, rng)
   results, traces = {}, {}
@@ -389,7 +298,7 @@ def cache_evaluation(config, params, rng) -> tuple[dict[str, float], dict]:
     speedup_wall=headline["speedup_wall"],
   )
   computed = np.asarray(traces["bwcache"]["computed"])
-  tail = _first_trigger_limit(computed)
+  tail = block_cache.protected_tail_start(computed)
   results["reuse_in_protected_tail"] = int((~computed[tail:]).sum()) if c.protect_tail else -1
 
   residual_metrics, _ = arms.run(bw._replace(reuse_mode="residual"), delta=c.delta, reuse=c.reuse)
@@ -431,15 +340,12 @@ def cache_evaluation(config, params, rng) -> tuple[dict[str, float], dict]:
 
 
 def cache_figures(config, traces) -> dict:
-  import matplotlib
-
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-
+  """ARL1(t) = sum_i L1_rel(h_i) of the uncached run (U-shaped over the trajectory for the paper's
+  video DiTs) with the steps BWCache reused shaded, and the step x block heat-map of L1_rel (Eq. 6)."""
   change = np.asarray(traces["uncached"]["block_change"])  # (T, N), NaN at step 0
   arl1 = np.nansum(change, axis=1)
   arl1[0] = np.nan
-  fig_curve, ax = plt.subplots(figsize=(5, 3.2))
+  fig_curve, ((ax,),) = figure_grid(panel_size=(5, 3.2))
   ax.plot(np.arange(len(arl1)), arl1, marker="o", ms=3)
   computed = np.asarray(traces["bwcache"]["computed"])
   for j in np.flatnonzero(~computed):
@@ -447,7 +353,7 @@ def cache_figures(config, traces) -> dict:
   ax.set_xlabel("sampling step (0 = noise)")
   ax.set_ylabel("ARL1 = sum_i L1_rel(h_i)")
   ax.set_title("ARL1(t); shaded: steps BWCache reused")
-  fig_heat, ax = plt.subplots(figsize=(5, 3.2))
+  fig_heat, ((ax,),) = figure_grid(panel_size=(5, 3.2))
   image = ax.imshow(change.T, aspect="auto", cmap="viridis", origin="lower")
   ax.set_xlabel("sampling step")
   ax.set_ylabel("block")
@@ -457,7 +363,7 @@ def cache_figures(config, traces) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------------
-# Phases, validation, study
+# The phases
 # ---------------------------------------------------------------------------------------------------
 
 
@@ -492,201 +398,3 @@ def phases(config: ml_collections.ConfigDict) -> list[Phase]:
     artifacts=artifacts,
   )
   return [train, cache]
-
-
-def validate(config: ml_collections.ConfigDict) -> None:
-  for field in (
-    "data.frames",
-    "data.size",
-    "data.channels",
-    "model.hidden",
-    "model.depth",
-    "model.heads",
-  ):
-    require_positive_int(config, field)
-  require_choice(config, "model.attention", ("full", "alternating"))
-  require_choice(config, "cache.reuse_mode", ("output", "residual"))
-  f, s = config.data.frames, config.data.size
-  pt, ph, pw = config.model.patch
-  require(
-    f % pt == 0 and s % ph == 0 and s % pw == 0,
-    "model.patch",
-    f"{tuple(config.model.patch)} must divide (F, H, W) = ({f}, {s}, {s})",
-  )
-  require(config.model.hidden % config.model.heads == 0, "model.heads", "must divide model.hidden")
-  require(s >= 7, "data.size", "frames must be at least 7x7 (SSIM window)")
-  for field in ("cache.num_steps", "cache.num_videos", "cache.timing_repeats"):
-    require_positive_int(config, field)
-  require(
-    isinstance(config.cache.reuse, int) and config.cache.reuse >= 0,
-    "cache.reuse",
-    "must be an int >= 0",
-  )
-  require(
-    all(0 <= b < config.model.depth for b in config.cache.indicator_blocks),
-    "cache.indicator_blocks",
-    f"must index the {config.model.depth} blocks",
-  )
-  require(config.cache.delta >= 0, "cache.delta", "must be >= 0")
-  _validate_diffusion(config)
-  _validate_checkpoint(config)
-
-
-def _validate_diffusion(config) -> None:
-  """The training target and the sampler must agree: Euler for rectified flow, DDIM for DDPM."""
-  require_choice(config, "diffusion.kind", ("rectified_flow", "ddpm"))
-  require_choice(config, "cache.sampler", ("euler", "ddim"))
-  require_choice(config, "cache.ddim_spacing", diffusion.DDIM_SPACINGS)
-  if config.diffusion.kind == "rectified_flow":
-    require(
-      config.cache.sampler == "euler",
-      "cache.sampler",
-      "'ddim' needs diffusion.kind='ddpm'; for rectified flow deterministic DDIM is the Euler step",
-    )
-    return
-  require(
-    config.cache.sampler == "ddim", "cache.sampler", "'euler' needs rectified flow; use 'ddim'"
-  )
-  require_positive_int(config, "diffusion.train_steps")
-  require(
-    config.cache.num_steps <= config.diffusion.train_steps,
-    "cache.num_steps",
-    f"DDIM takes at most diffusion.train_steps = {config.diffusion.train_steps} steps",
-  )
-  d = config.diffusion
-  require(
-    0 < d.beta_start < d.beta_end < 1, "diffusion.beta_end", "need 0 < beta_start < beta_end < 1"
-  )
-
-
-def _validate_checkpoint(config) -> None:
-  """Model options a Latte checkpoint needs, and the class label used for sampling."""
-  m = config.model
-  require_choice(config, "model.positions", ("sincos3d", "latte"))
-  require_choice(config, "model.checkpoint_format", ("orbax", "latte"))
-  require(isinstance(m.learn_sigma, bool), "model.learn_sigma", "must be a bool")
-  require(
-    isinstance(m.time_frequencies, int) and m.time_frequencies >= 0 and m.time_frequencies % 2 == 0,
-    "model.time_frequencies",
-    "must be an even int >= 0 (0 = model.hidden)",
-  )
-  if m.positions == "latte":
-    require(
-      m.attention == "alternating", "model.attention", "positions='latte' needs 'alternating'"
-    )
-    require(m.hidden % 4 == 0, "model.hidden", "positions='latte' needs a multiple of 4")
-  if m.checkpoint_format == "latte":
-    require(bool(m.checkpoint), "model.checkpoint", "checkpoint_format='latte' needs a file")
-    require(m.positions == "latte", "model.positions", "a Latte checkpoint needs 'latte'")
-    require(m.patch[0] == 1, "model.patch", "Latte patchifies each frame: patch[0] must be 1")
-  require(
-    isinstance(m.num_classes, int) and m.num_classes >= 0,
-    "model.num_classes",
-    "must be an int >= 0",
-  )
-  require(
-    -1 <= config.cache.class_label < m.num_classes,
-    "cache.class_label",
-    f"must be -1 (unconditional) or a class in [0, {m.num_classes})",
-  )
-
-
-def study_arms(config):
-  return [("bwcache", config)]
-
-
-def report(config, results: Mapping[str, Mapping[str, float]]) -> Report:
-  import matplotlib
-
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-
-  r = results["bwcache"]
-  rows = []
-  for delta in config.cache.deltas:
-    for reuse in config.cache.reuse_steps:
-      key = f"grid/delta_{delta:g}/R_{reuse}"
-      rows.append(
-        {
-          "arm": "BWCache",
-          "delta": delta,
-          "R": reuse,
-          "psnr_db": r[f"{key}/psnr"],
-          "ssim": r[f"{key}/ssim"],
-          "reuse_rate": r[f"{key}/reuse_rate"],
-          "computed_steps": r[f"{key}/computed_steps"],
-          "speedup_flops": r[f"{key}/speedup_flops"],
-          "speedup_wall": r[f"{key}/speedup_wall"],
-        }
-      )
-  rows.append(
-    {
-      "arm": f"step reduction ({r['step_reduction_steps']:.0f} steps)",
-      "psnr_db": r["step_reduction_psnr"],
-      "ssim": r["step_reduction_ssim"],
-      "computed_steps": r["step_reduction_steps"],
-    }
-  )
-  rows.append(
-    {
-      "arm": "fixed-interval reuse",
-      "psnr_db": r["fixed_interval_psnr"],
-      "reuse_rate": r["fixed_interval_reuse_rate"],
-    }
-  )
-  rows.append(
-    {
-      "arm": "TeaCache-style",
-      "psnr_db": r["teacache_psnr"],
-      "reuse_rate": r["teacache_reuse_rate"],
-      "speedup_wall": r["teacache_speedup_wall"],
-    }
-  )
-  columns = (
-    "arm",
-    "delta",
-    "R",
-    "psnr_db",
-    "ssim",
-    "reuse_rate",
-    "computed_steps",
-    "speedup_flops",
-    "speedup_wall",
-  )
-  rows = [{k: row.get(k) for k in columns} for row in rows]
-  summary = {
-    k: r[k]
-    for k in (
-      "psnr_vs_uncached",
-      "reuse_rate",
-      "speedup_wall",
-      "speedup_flops",
-      "step_reduction_psnr",
-      "reuse_in_protected_tail",
-      "indicator_overhead",
-      validation_key(config),
-    )
-  }
-  fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
-  for reuse in config.cache.reuse_steps:
-    keys = [f"grid/delta_{d:g}/R_{reuse}" for d in config.cache.deltas]
-    axes[0].plot(
-      config.cache.deltas, [r[f"{k}/psnr"] for k in keys], marker="o", label=f"R={reuse}"
-    )
-    axes[1].plot(
-      config.cache.deltas, [r[f"{k}/reuse_rate"] for k in keys], marker="o", label=f"R={reuse}"
-    )
-  axes[0].axhline(r["step_reduction_psnr"], color="gray", ls="--", label="step reduction")
-  axes[0].set_xlabel("delta")
-  axes[0].set_ylabel("PSNR vs uncached (dB)")
-  axes[1].set_xlabel("delta")
-  axes[1].set_ylabel("reuse rate")
-  axes[0].legend()
-  axes[1].legend()
-  fig.tight_layout()
-  return Report(rows=rows, summary=summary, figures={"psnr_and_reuse_vs_delta": fig})
-
-
-METHOD = Method(
-  name="bwcache", phases=phases, validate=validate, study_arms=study_arms, report=report
-)
