@@ -12,7 +12,7 @@ Variants:
             with deterministic DDIM over 30 steps: the Latte setting at CPU scale.
   gpu       Latte-XL/2 (Latte's alternating spatial/temporal DiT: hidden 1152, 28 blocks, 16 heads,
             patch 2, learned sigma) restored from --config.model.checkpoint, a Latte state dict saved
-            as .safetensors (see methods/bwcache.py:load_pretrained; the train phase then runs 0
+            as .safetensors (see methods/bwcache/phases.py:load_pretrained; the train phase then runs 0
             steps), sampling 16-frame 32x32x4 VAE latents with DDPM/DDIM over 50 steps, as Latte does.
             Fidelity is measured on the latents (no VAE decoding). Not run here.
             For the class-conditional UCF-101 model add --config.model.num_classes=101.
@@ -119,7 +119,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       time_frequencies=256,
       checkpoint_format="latte",
     )
-    config.model.checkpoint = "/path/to/latte.safetensors"  # required
+    config.model.checkpoint = ""  # required: a Latte state dict as .safetensors
     config.diffusion.kind = "ddpm"
     config.batch_size = 32
     # 28 blocks x 8 videos x 4096 tokens x 1152 floats of previous block outputs: about 4 GiB

@@ -327,3 +327,30 @@ def sample(model_fn: Callable, x_init: jax.Array, sampler: Sampler) -> jax.Array
 
   x, _ = jax.lax.scan(step, x_init, (sampler.times[:-1], sampler.times[1:]))
   return x
+
+
+# ---------------------------------------------------------------------------------------------------
+# Training losses (model_fn(x_t, t) -> prediction)
+# ---------------------------------------------------------------------------------------------------
+
+
+def rectified_flow_loss(model_fn: Callable, x0: jax.Array, rng: jax.Array) -> jax.Array:
+  """Rectified-flow velocity regression with `t ~ logit-normal(0, 1)` (Esser et al. 2024, Eq. 2 with
+  their logit-normal time sampling): mean of `|model_fn(x_t, t) - (eps - x0)|^2`."""
+  t_rng, eps_rng = jax.random.split(rng)
+  t = logit_normal_time(t_rng, x0.shape[:1])
+  eps = jax.random.normal(eps_rng, x0.shape)
+  velocity = model_fn(rf_interpolate(x0, eps, t), t)
+  return jnp.mean(jnp.square(velocity - rf_velocity_target(x0, eps)))
+
+
+def ddpm_eps_loss(
+  model_fn: Callable, x0: jax.Array, rng: jax.Array, alpha_bars: jax.Array
+) -> jax.Array:
+  """DDPM eps regression with `n ~ U{0..N-1}`, `N = len(alpha_bars)` (Ho et al. 2020, Eq. 14):
+  mean of `|model_fn(x_n, n) - eps|^2`."""
+  n_rng, eps_rng = jax.random.split(rng)
+  n = ddpm_timesteps(n_rng, x0.shape[:1], alpha_bars.shape[0])
+  eps = jax.random.normal(eps_rng, x0.shape)
+  x_n = ddpm_perturb(x0, eps, alpha_bar_at(alpha_bars, n))
+  return jnp.mean(jnp.square(model_fn(x_n, n) - eps))

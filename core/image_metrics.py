@@ -49,3 +49,12 @@ def ssim(
     (mu_a**2 + mu_r**2 + c1) * (var_a + var_r + c2)
   )
   return index.reshape(b, -1).mean(axis=-1)
+
+
+def fidelity(x: jax.Array, reference: jax.Array, data_range: float) -> dict[str, float]:
+  """Mean PSNR (dB), SSIM and MSE of `x` against `reference` over the examples."""
+  return {
+    "psnr": float(jnp.mean(psnr(x, reference, data_range))),
+    "ssim": float(jnp.mean(ssim(x, reference, data_range))),
+    "mse": float(jnp.mean(mse(x, reference))),
+  }

@@ -33,7 +33,7 @@ from __future__ import annotations
 import ml_collections
 
 from core import diffusion
-from methods.base import Method, require, require_choice, require_positive_int
+from methods.base import Method, require, require_choice, require_file, require_positive_int
 from methods.bwcache.phases import (
   DATA_RANGE,
   blockwise,
@@ -148,7 +148,12 @@ def _validate_checkpoint(config) -> None:
     )
     require(m.hidden % 4 == 0, "model.hidden", "positions='latte' needs a multiple of 4")
   if m.checkpoint_format == "latte":
-    require(bool(m.checkpoint), "model.checkpoint", "checkpoint_format='latte' needs a file")
+    require_file(
+      config,
+      "model.checkpoint",
+      "a Latte state dict saved as .safetensors",
+      "convert Latte's released .pt once with torch (methods/bwcache/phases.py: load_pretrained)",
+    )
     require(m.positions == "latte", "model.positions", "a Latte checkpoint needs 'latte'")
     require(m.patch[0] == 1, "model.patch", "Latte patchifies each frame: patch[0] must be 1")
   require(

@@ -118,30 +118,14 @@ def alpha_bars(config) -> jax.Array:
 
 
 def training_loss(config, params, videos_batch, rng):
+  """DDPM eps regression or rectified-flow velocity regression (`config.diffusion.kind`) of the DiT;
+  rectified flow samples `t` logit-normally, the objective of the video DiTs the paper accelerates
+  (Open-Sora 1.2, Wan 2.1, HunyuanVideo). With `learn_sigma` the variance half is not trained:
+  DDIM with eta = 0 does not use it."""
+  model_fn = functools.partial(dit(config).apply, params)
   if config.diffusion.kind == "ddpm":
-    return eps_loss(config, params, videos_batch, rng)
-  return flow_loss(config, params, videos_batch, rng)
-
-
-def eps_loss(config, params, videos_batch, rng):
-  """DDPM eps regression with `n ~ U{0..N-1}` (Ho et al. 2020, Eq. 14). With `learn_sigma` the
-  variance half is not trained (no variational-bound term): DDIM with eta = 0 does not use it."""
-  n_rng, eps_rng = jax.random.split(rng)
-  n = diffusion.ddpm_timesteps(n_rng, videos_batch.shape[:1], config.diffusion.train_steps)
-  eps = jax.random.normal(eps_rng, videos_batch.shape)
-  x_n = diffusion.ddpm_perturb(videos_batch, eps, diffusion.alpha_bar_at(alpha_bars(config), n))
-  return jnp.mean(jnp.square(dit(config).apply(params, x_n, n) - eps))
-
-
-def flow_loss(config, params, videos_batch, rng):
-  """Rectified-flow velocity regression with `t ~ logit-normal(0, 1)` (Esser et al. 2024, the
-  objective of Open-Sora 1.2, Wan 2.1 and HunyuanVideo, video DiTs the paper accelerates)."""
-  t_rng, eps_rng = jax.random.split(rng)
-  t = diffusion.logit_normal_time(t_rng, videos_batch.shape[:1])
-  eps = jax.random.normal(eps_rng, videos_batch.shape)
-  x_t = diffusion.rf_interpolate(videos_batch, eps, t)
-  v = dit(config).apply(params, x_t, t)
-  return jnp.mean(jnp.square(v - diffusion.rf_velocity_target(videos_batch, eps)))
+    return diffusion.ddpm_eps_loss(model_fn, videos_batch, rng, alpha_bars(config))
+  return diffusion.rectified_flow_loss(model_fn, videos_batch, rng)
 
 
 def train_step(config, state, batch, rng):
@@ -222,14 +206,6 @@ def step_flops(config, params, x) -> dict[str, float]:
   return block_cache.step_flops(blockwise(config), params, x, t)
 
 
-def _fidelity(x, reference) -> dict[str, float]:
-  return {
-    "psnr": float(jnp.mean(image_metrics.psnr(x, reference, DATA_RANGE))),
-    "ssim": float(jnp.mean(image_metrics.ssim(x, reference, DATA_RANGE))),
-    "mse": float(jnp.mean(image_metrics.mse(x, reference))),
-  }
-
-
 class _Arms:
   """Runs caching arms against one reference on fixed noise and collects their metrics."""
 
@@ -260,7 +236,7 @@ class _Arms:
     computed = np.asarray(trace["computed"])
     n_computed, n_reused = int(computed.sum()), int((~computed).sum())
     metrics = {
-      **_fidelity(x, self.reference),
+      **image_metrics.fidelity(x, self.reference, DATA_RANGE),
       "reuse_rate": n_reused / steps,
       "computed_steps": n_computed,
       "block_evaluations": n_computed * self.config.model.depth,

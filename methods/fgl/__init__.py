@@ -52,7 +52,7 @@ import ml_collections
 
 from core.data.forests import Forest, TreeSource
 from methods.base import Method, lookup, require, require_choice, require_positive_int
-from methods.fgl.phases import auc, build_phases, forest_inputs, load_dataset
+from methods.fgl.phases import auc, forest_inputs, load_dataset, phases
 from methods.fgl.study import ARMS, report, study_arms
 
 __all__ = [
@@ -65,7 +65,7 @@ __all__ = [
   "Forest",
   "TreeSource",
   "auc",
-  "build_phases",
+  "phases",
   "forest_inputs",
   "load_dataset",
   "report",
@@ -151,6 +151,4 @@ def validate(config: ml_collections.ConfigDict) -> None:
   )
 
 
-METHOD = Method(
-  name="fgl", phases=build_phases, validate=validate, study_arms=study_arms, report=report
-)
+METHOD = Method(name="fgl", phases=phases, validate=validate, study_arms=study_arms, report=report)

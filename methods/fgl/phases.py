@@ -531,7 +531,7 @@ def analysis_phase(config) -> Phase:
 # ---------------------------------------------------------------------------------------------------
 
 
-def build_phases(config: ml_collections.ConfigDict) -> list[Phase]:
+def phases(config: ml_collections.ConfigDict) -> list[Phase]:
   """`Method.phases`: an analysis, a baseline (after the NAAM on G-hat), or the FGL pipeline."""
   if config.analysis:
     return [analysis_phase(config)]

@@ -78,13 +78,14 @@ from methods.base import (
   require_positive_int,
   require_prepared_tfds,
 )
-from methods.w2s import phases
 from methods.w2s.classification import digits_data, e2_data, group_data, tfds_data
+from methods.w2s.phases import phases
 from methods.w2s.regression import _key
 from methods.w2s.study import report, study_arms
 
 __all__ = [
   "METHOD",
+  "phases",
   "validate",
   "study_arms",
   "report",
@@ -214,6 +215,4 @@ def validate(config: ml_collections.ConfigDict) -> None:
     _validate_classification(config)
 
 
-METHOD = Method(
-  name="w2s", phases=phases.phases, validate=validate, study_arms=study_arms, report=report
-)
+METHOD = Method(name="w2s", phases=phases, validate=validate, study_arms=study_arms, report=report)
