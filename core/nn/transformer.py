@@ -1,0 +1,396 @@
+"""One decoder-style transformer stack for every sequence model of the codebase.
+
+`Transformer` is a stack of pre-norm blocks (Vaswani et al. 2017, "Attention Is All You Need", with
+the norm before each sublayer as in GPT-2 / Xiong et al. 2020):
+
+  x = embed(tokens) and/or project(embeddings)                               [B, L, D]
+  for each block:  x = x + Attn(RMSNorm(x), positions, mask, cache)
+                   x = x + MLP(RMSNorm(x))
+  features = RMSNorm(x);  logits = features @ E^T (tied) or a separate head   [B, L, V] float32
+
+Choices:
+  * RMSNorm (Zhang & Sennrich 2019) with a learned scale, eps 1e-6, reductions in float32.
+  * Rotary position embeddings (RoPE, Su et al. 2021, "RoFormer", Eq. 34) on queries and keys, in the
+    rotate-half layout of GPT-NeoX, base 10000, angles in float32. Positions are an input
+    (`positions [B, L]`, default `0..L-1`), so cached decoding, left/right padding and packed
+    segments (positions restarting per segment) need no other change.
+  * MLP: SwiGLU (Shazeer 2020, "GLU Variants Improve Transformer", FFN_SwiGLU) or GELU; the SwiGLU
+    hidden width defaults to 8D/3 (rounded up to a multiple of 8), parameter-matched to GELU's 4D.
+  * Grouped-query attention (Ainslie et al. 2023) with `num_kv_heads` dividing `num_heads`; no biases
+    in the projections.
+  * Masks are data: the caller passes an `attention.Mask` (causal, bidirectional, prefix-LM, packed
+    segments, padding, arbitrary boolean `[B, 1 or H, Lq, Lk]`) or a boolean array; None = no mask.
+  * Inputs: token ids `[B, L]`, continuous embeddings `[B, L, D]` (or `[B, L, input_dim]`, projected),
+    or both: the embeddings are prepended, or replace the token embeddings where `embeddings_at`
+    `[B, L]` is True (a VLM's visual tokens). `vocab_size = 0` makes a model without token tables
+    (continuous inputs, `logits` None; read `features`).
+  * Tied input/output embeddings by default; embedding init N(0, 1/D) so that tied logits start at
+    unit scale. Logits are returned in float32 whatever the compute `dtype`.
+  * KV cache (for `core/decoding.py`): `init_cache` makes `{"k", "v"}` of static shape
+    `[depth, B, max_len, kv_heads, head_dim]`; with `cache=`, each token's keys and values are
+    written at the cache slot equal to its position (`positions [B, Lq]`, so right-padded batches
+    write each row at its own slot) and the queries attend over the whole cache under `mask`
+    (`attention.causal_mask(q_positions=positions)` hides unwritten slots). The updated cache is
+    returned. A cache holds one sequence per row: packed segments are for training only.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, NamedTuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from core.nn import attention as attention_lib
+
+MLP_KINDS = ("swiglu", "gelu")
+
+
+class TransformerOutput(NamedTuple):
+  logits: jax.Array | None  # [B, L, vocab] float32; None when vocab_size == 0
+  features: jax.Array  # [B, L, D]: the final RMSNorm of the last block, what the head reads
+  hidden_states: jax.Array | None  # [depth + 1, B, L, D]: the input, then each block's output
+  cache: dict[str, jax.Array] | None  # the updated KV cache, when one was passed
+
+
+def rope(x: jax.Array, positions: jax.Array, base: float = 10_000.0) -> jax.Array:
+  """Rotary embedding of `x [B, L, H, D]` at `positions [B or 1, L]` (Su et al. 2021, Eq. 34):
+  channel pairs `(i, i + D/2)` rotate by `position * base^(-2i/D)`."""
+  half = x.shape[-1] // 2
+  freqs = base ** (-jnp.arange(half, dtype=jnp.float32) / half)
+  angles = positions.astype(jnp.float32)[..., None, None] * freqs  # [B, L, 1, D/2]
+  cos, sin = jnp.cos(angles), jnp.sin(angles)
+  x1, x2 = x[..., :half].astype(jnp.float32), x[..., half:].astype(jnp.float32)
+  return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(x.dtype)
+
+
+def write_cache(cache, layer: int, k: jax.Array, v: jax.Array, positions: jax.Array):
+  """Writes `k, v [B, L, kv_heads, head_dim]` of layer `layer` at slots `positions [B, L]`; slots
+  past the cache's end are dropped."""
+  rows = jnp.arange(k.shape[0])[:, None]
+  return {
+    "k": cache["k"].at[layer, rows, positions].set(k.astype(cache["k"].dtype), mode="drop"),
+    "v": cache["v"].at[layer, rows, positions].set(v.astype(cache["v"].dtype), mode="drop"),
+  }
+
+
+class SelfAttention(nn.Module):
+  """Multi-head (grouped-query) attention with RoPE and an optional KV cache."""
+
+  num_heads: int
+  num_kv_heads: int
+  head_dim: int
+  layer: int
+  rope_base: float = 10_000.0
+  implementation: str | None = None
+  dtype: Any = jnp.float32
+  param_dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x, positions, mask, cache):
+    dense = functools.partial(
+      nn.DenseGeneral, use_bias=False, dtype=self.dtype, param_dtype=self.param_dtype
+    )
+    q = dense((self.num_heads, self.head_dim), name="query")(x)
+    k = dense((self.num_kv_heads, self.head_dim), name="key")(x)
+    v = dense((self.num_kv_heads, self.head_dim), name="value")(x)
+    q, k = rope(q, positions, self.rope_base), rope(k, positions, self.rope_base)
+    if cache is not None:
+      cache = write_cache(cache, self.layer, k, v, positions)
+      k, v = cache["k"][self.layer].astype(q.dtype), cache["v"][self.layer].astype(q.dtype)
+    out = attention_lib.attention(q, k, v, mask, implementation=self.implementation)
+    return dense(x.shape[-1], axis=(-2, -1), name="out")(out), cache
+
+
+class Mlp(nn.Module):
+  """SwiGLU `W2 (silu(W1 x) * W3 x)` or GELU `W2 gelu(W1 x)`."""
+
+  kind: str
+  hidden: int
+  dtype: Any = jnp.float32
+  param_dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x):
+    dense = functools.partial(
+      nn.Dense, use_bias=False, dtype=self.dtype, param_dtype=self.param_dtype
+    )
+    if self.kind == "swiglu":
+      h = nn.silu(dense(self.hidden, name="gate")(x)) * dense(self.hidden, name="up")(x)
+    else:
+      h = nn.gelu(dense(self.hidden, name="up")(x))
+    return dense(x.shape[-1], name="down")(h)
+
+
+class Block(nn.Module):
+  """`x + Attn(RMSNorm(x))`, then `+ MLP(RMSNorm(x))`."""
+
+  num_heads: int
+  num_kv_heads: int
+  head_dim: int
+  mlp: str
+  mlp_hidden: int
+  layer: int
+  rope_base: float = 10_000.0
+  norm_eps: float = 1e-6
+  implementation: str | None = None
+  dtype: Any = jnp.float32
+  param_dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x, positions, mask, cache):
+    norm = functools.partial(
+      nn.RMSNorm, epsilon=self.norm_eps, dtype=self.dtype, param_dtype=self.param_dtype
+    )
+    h, cache = SelfAttention(
+      self.num_heads,
+      self.num_kv_heads,
+      self.head_dim,
+      self.layer,
+      self.rope_base,
+      self.implementation,
+      self.dtype,
+      self.param_dtype,
+      name="attention",
+    )(norm(name="attention_norm")(x), positions, mask, cache)
+    x = x + h
+    mlp = Mlp(self.mlp, self.mlp_hidden, self.dtype, self.param_dtype, name="mlp")
+    return x + mlp(norm(name="mlp_norm")(x)), cache
+
+
+class Transformer(nn.Module):
+  """The shared decoder-style stack (module docstring).
+
+  Attributes:
+    vocab_size: token vocabulary; 0 for a model on continuous inputs only (no logits).
+    width: model width D.
+    depth: number of blocks.
+    num_heads: query heads; divides `width`, and `width / num_heads` is even (RoPE).
+    num_kv_heads: key/value heads (grouped-query attention); None = `num_heads`.
+    mlp: "swiglu" or "gelu".
+    mlp_hidden: MLP hidden width; None = 8D/3 rounded up to a multiple of 8 (SwiGLU) or 4D (GELU).
+    tie_embeddings: logits from the input embedding table (else a separate `unembed` head).
+    input_dim: width of continuous `embeddings` when they are not already `width` wide (projected).
+    rope_base: RoPE's base period.
+    norm_eps: RMSNorm epsilon.
+    attention_implementation: see `core.nn.attention.attention`.
+    remat: recompute each block's activations in the backward pass (memory for compute).
+    dtype: compute dtype (e.g. bfloat16); param_dtype: storage dtype of the parameters.
+  """
+
+  vocab_size: int
+  width: int
+  depth: int
+  num_heads: int
+  num_kv_heads: int | None = None
+  mlp: str = "swiglu"
+  mlp_hidden: int | None = None
+  tie_embeddings: bool = True
+  input_dim: int | None = None
+  rope_base: float = 10_000.0
+  norm_eps: float = 1e-6
+  attention_implementation: str | None = None
+  remat: bool = False
+  dtype: Any = jnp.float32
+  param_dtype: Any = jnp.float32
+
+  @property
+  def kv_heads(self) -> int:
+    return self.num_kv_heads or self.num_heads
+
+  @property
+  def head_dim(self) -> int:
+    return self.width // self.num_heads
+
+  @property
+  def hidden_width(self) -> int:
+    if self.mlp_hidden is not None:
+      return self.mlp_hidden
+    return -(-8 * self.width // 3 // 8) * 8 if self.mlp == "swiglu" else 4 * self.width
+
+  def check(self) -> None:
+    """Raises ValueError naming the attribute that cannot work."""
+    for name in ("width", "depth", "num_heads", "kv_heads"):
+      if getattr(self, name) <= 0:
+        raise ValueError(f"Transformer: {name} must be positive, got {getattr(self, name)}")
+    if self.width % self.num_heads:
+      raise ValueError(f"Transformer: num_heads={self.num_heads} must divide width={self.width}")
+    if self.head_dim % 2:
+      raise ValueError(f"Transformer: head dim width/num_heads={self.head_dim} must be even (RoPE)")
+    if self.num_heads % self.kv_heads:
+      raise ValueError(
+        f"Transformer: num_kv_heads={self.kv_heads} must divide num_heads={self.num_heads}"
+      )
+    if self.mlp not in MLP_KINDS:
+      raise ValueError(f"Transformer: mlp must be one of {MLP_KINDS}, got {self.mlp!r}")
+
+  @nn.compact
+  def __call__(
+    self,
+    tokens: jax.Array | None = None,
+    embeddings: jax.Array | None = None,
+    *,
+    embeddings_at: jax.Array | None = None,
+    positions: jax.Array | None = None,
+    mask: attention_lib.Mask | jax.Array | None = None,
+    cache: dict[str, jax.Array] | None = None,
+    return_hidden: bool = False,
+  ) -> TransformerOutput:
+    """Runs the stack.
+
+    Args:
+      tokens: int `[B, L]` token ids.
+      embeddings: float `[B, Le, D or input_dim]`; prepended to the token embeddings, or (with
+        `embeddings_at`) replacing them.
+      embeddings_at: bool `[B, L]`: where `embeddings [B, L, .]` replace the token embeddings.
+      positions: int `[B or 1, L]` RoPE positions, and cache slots with `cache`; default `0..L-1`.
+      mask: an `attention.Mask` or boolean `[B or 1, 1 or H, L, L_keys]`; None = no mask.
+      cache: `init_cache(...)`'s dict; the keys are then the cache's `max_len` slots.
+      return_hidden: also return every block's output, `[depth + 1, B, L, D]`.
+    """
+    self.check()
+    table = None
+    if self.vocab_size:
+      table = nn.Embed(
+        self.vocab_size,
+        self.width,
+        dtype=self.dtype,
+        param_dtype=self.param_dtype,
+        embedding_init=nn.initializers.normal(self.width**-0.5),
+        name="embed",
+      )
+    x = self._inputs(table, tokens, embeddings, embeddings_at)
+    batch, length = x.shape[:2]
+    positions = self._positions(positions, batch, length)
+    mask = attention_lib.as_mask(mask)
+    if cache is not None:
+      self._check_cache(cache, batch)
+      if mask is None:
+        raise ValueError(
+          "Transformer: mask is required with a cache (e.g. causal_mask(q_positions=positions))"
+        )
+    block = nn.remat(Block) if self.remat else Block
+    hidden = [x]
+    for layer in range(self.depth):
+      x, cache = block(
+        self.num_heads,
+        self.kv_heads,
+        self.head_dim,
+        self.mlp,
+        self.hidden_width,
+        layer,
+        self.rope_base,
+        self.norm_eps,
+        self.attention_implementation,
+        self.dtype,
+        self.param_dtype,
+        name=f"block_{layer}",
+      )(x, positions, mask, cache)
+      hidden.append(x)
+    features = nn.RMSNorm(
+      epsilon=self.norm_eps, dtype=self.dtype, param_dtype=self.param_dtype, name="final_norm"
+    )(x)
+    logits = None
+    if table is not None:
+      if self.tie_embeddings:
+        logits = table.attend(features)
+      else:
+        logits = nn.Dense(
+          self.vocab_size,
+          use_bias=False,
+          dtype=self.dtype,
+          param_dtype=self.param_dtype,
+          name="unembed",
+        )(features)
+      logits = logits.astype(jnp.float32)
+    return TransformerOutput(logits, features, jnp.stack(hidden) if return_hidden else None, cache)
+
+  def _inputs(self, table, tokens, embeddings, embeddings_at) -> jax.Array:
+    if tokens is None and embeddings is None:
+      raise ValueError("Transformer: pass tokens [B, L], embeddings [B, L, D], or both")
+    parts = []
+    if tokens is not None:
+      if table is None:
+        raise ValueError("Transformer: tokens need vocab_size > 0")
+      if np.ndim(tokens) != 2 or not jnp.issubdtype(jnp.asarray(tokens).dtype, jnp.integer):
+        raise ValueError(f"Transformer: tokens must be int [batch, length], got {_spec(tokens)}")
+      parts.append(table(tokens))
+    if embeddings is not None:
+      embeddings = self._project(embeddings, None if tokens is None else np.shape(tokens)[0])
+      if embeddings_at is not None:
+        return self._replace(parts[0] if parts else None, embeddings, embeddings_at)
+      parts.insert(0, embeddings)
+    elif embeddings_at is not None:
+      raise ValueError("Transformer: embeddings_at needs embeddings")
+    return jnp.concatenate(parts, axis=1).astype(self.dtype) if len(parts) > 1 else parts[0]
+
+  def _project(self, embeddings, batch: int | None) -> jax.Array:
+    width = self.input_dim or self.width
+    shape = np.shape(embeddings)
+    if len(shape) != 3 or shape[-1] != width or (batch is not None and shape[0] != batch):
+      raise ValueError(
+        f"Transformer: embeddings must have shape [{batch or 'batch'}, length, {width}], got "
+        f"{shape}"
+      )
+    embeddings = jnp.asarray(embeddings, self.dtype)
+    if self.input_dim is None:
+      return embeddings
+    return nn.Dense(
+      self.width, dtype=self.dtype, param_dtype=self.param_dtype, name="input_projection"
+    )(embeddings)
+
+  @staticmethod
+  def _replace(token_embeddings, embeddings, embeddings_at) -> jax.Array:
+    if token_embeddings is None:
+      raise ValueError("Transformer: embeddings_at needs tokens as well")
+    if np.shape(embeddings_at) != token_embeddings.shape[:2] or (
+      embeddings.shape != token_embeddings.shape
+    ):
+      raise ValueError(
+        f"Transformer: embeddings_at {np.shape(embeddings_at)} and embeddings "
+        f"{embeddings.shape} must match the tokens' [batch, length] {token_embeddings.shape[:2]}"
+      )
+    return jnp.where(jnp.asarray(embeddings_at)[..., None], embeddings, token_embeddings)
+
+  @staticmethod
+  def _positions(positions, batch: int, length: int) -> jax.Array:
+    if positions is None:
+      return jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32), (batch, length))
+    if (
+      np.ndim(positions) != 2
+      or np.shape(positions)[0] not in (1, batch)
+      or (np.shape(positions)[1] != length)
+    ):
+      raise ValueError(
+        f"Transformer: positions must have shape [{batch} or 1, {length}], got "
+        f"{np.shape(positions)}"
+      )
+    return jnp.broadcast_to(jnp.asarray(positions, jnp.int32), (batch, length))
+
+  def _check_cache(self, cache, batch: int) -> None:
+    if not isinstance(cache, dict) or set(cache) != {"k", "v"}:
+      raise ValueError("Transformer: cache must be init_cache(...)'s dict with keys 'k' and 'v'")
+    for name, array in cache.items():
+      shape = np.shape(array)
+      expected = (self.depth, batch, self.kv_heads, self.head_dim)
+      if len(shape) != 5 or (shape[0], shape[1], shape[3], shape[4]) != expected:
+        raise ValueError(
+          f"Transformer: cache['{name}'] must have shape [depth={self.depth}, batch={batch}, "
+          f"max_len, kv_heads={self.kv_heads}, head_dim={self.head_dim}], got {shape}"
+        )
+
+
+def _spec(x) -> str:
+  return f"shape {np.shape(x)} dtype {getattr(x, 'dtype', type(x).__name__)}"
+
+
+def init_cache(
+  model: Transformer, batch_size: int, max_len: int, dtype=None
+) -> dict[str, jax.Array]:
+  """An empty KV cache `{"k", "v"}`, each `[depth, batch, max_len, kv_heads, head_dim]`."""
+  shape = (model.depth, batch_size, max_len, model.kv_heads, model.head_dim)
+  dtype = dtype or model.dtype
+  return {"k": jnp.zeros(shape, dtype), "v": jnp.zeros(shape, dtype)}
