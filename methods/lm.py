@@ -50,6 +50,7 @@ from methods.base import (
   require,
   require_choice,
   require_positive_int,
+  require_prepared_tfds,
 )
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
@@ -399,11 +400,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
   if data.name == "markov":
     _validate_markov(data)
   else:
-    require(
-      bool(data.data_dir),
-      "data.data_dir",
-      f"the tfds dataset {data.name!r} is read from a prepared data_dir; none given",
-    )
+    require_prepared_tfds(config, "data.data_dir", data.name)
 
 
 def _validate_markov(data) -> None:

@@ -62,7 +62,11 @@ def test_interrupted_run_resumes_to_the_same_results(tmp_path):
     ("model.mlp", "relu", "config.model.mlp: must be one of"),
     ("model.attention", "flash", "config.model.attention: must be one of"),
     ("data.entropy_fractions", (0.5, 1.5), "config.data.entropy_fractions: each must be in"),
-    ("data.name", "tiny_shakespeare", "config.data.data_dir: the tfds dataset 'tiny_shakespeare'"),
+    (
+      "data.name",
+      "tiny_shakespeare",
+      "config.data.data_dir: not set; this variant reads tfds 'tiny_shakespeare'",
+    ),
   ],
 )
 def test_bad_fields_are_named(field, value, message):
