@@ -2,11 +2,12 @@
 
 import dataclasses
 import importlib.util
+import json
 
 import pytest
 
 import methods
-from experiments import study
+from experiments import loop, study
 from methods.base import ConfigError, Report, with_changes
 
 methods.register("toy", "toy_method")
@@ -81,3 +82,51 @@ def test_a_run_asking_for_a_missing_baseline_fails_at_validation():
   config.external = ("econml",)
   with pytest.raises(ConfigError, match=r"config.external: \['econml'\] need the optional extra"):
     frontdoor.validate(config)
+
+
+def _report_files(workdir):
+  payload = json.loads((workdir / "results.json").read_text())
+  return payload, (workdir / "results.md").read_text()
+
+
+def test_two_shards_and_report_only_give_the_sequential_report(toy_study, tmp_path):
+  study.run_study(toy_study, str(tmp_path / "sequential"))
+  sharded = tmp_path / "sharded"
+  assert study.run_study(toy_study, str(sharded), shard=(1, 2)) is None  # arm 0 and 2 outstanding
+  assert sorted(p.name for p in sharded.iterdir()) == ["lr0.05"]
+  study.run_study(
+    toy_study, str(sharded), shard=(0, 2)
+  )  # finishes the last arms: writes the report
+  (sharded / "results.json").unlink()
+  study.run_study(toy_study, str(sharded), report_only=True)
+  assert _report_files(sharded) == _report_files(tmp_path / "sequential")
+
+
+def test_report_only_names_the_missing_arms(toy_study, tmp_path):
+  study.run_study(toy_study, str(tmp_path), shard=(0, 3))
+  with pytest.raises(study.StudyIncomplete, match=r"not finished in .*: lr0.05, last;"):
+    study.run_study(toy_study, str(tmp_path), report_only=True)
+
+
+def test_interrupted_arm_resumes_and_finished_arms_are_not_rerun(toy_study, tmp_path):
+  study.run_study(toy_study, str(tmp_path / "uninterrupted"))
+  workdir = tmp_path / "interrupted"
+  stop_in_second_arm = lambda phase, step: phase == "fit" and step == 1 and len(_arms(workdir)) == 2
+  with pytest.raises(loop.Interrupted):
+    study.run_study(toy_study, str(workdir), should_stop=stop_in_second_arm)
+  assert not (workdir / "lr0.05" / "results.json").exists()
+  first_arm_rows = (workdir / "lr0.1" / "metrics.jsonl").read_text()
+  study.run_study(toy_study, str(workdir))
+  assert (workdir / "lr0.1" / "metrics.jsonl").read_text() == first_arm_rows  # not run again
+  assert _report_files(workdir) == _report_files(tmp_path / "uninterrupted")
+
+
+def _arms(workdir):
+  return [p for p in workdir.iterdir() if p.is_dir()] if workdir.exists() else []
+
+
+def test_shard_flag_is_checked():
+  assert study.parse_shard("1/4") == (1, 4)
+  for text in ("4/4", "-1/2", "1", "a/b"):
+    with pytest.raises(ValueError, match="--shard must be I/N"):
+      study.parse_shard(text)
