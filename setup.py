@@ -26,6 +26,7 @@ setuptools.setup(
     "tensorboardX>=2.6",  # TensorBoard event files without TensorFlow
     "gymnax>=1.0.1,<1.1",  # jittable, vmappable CartPole/Acrobot for the RL methods
     "safetensors>=0.4",  # reads converted Latte checkpoints (bwcache's gpu variant)
+    "dm-pix>=0.4.5",  # PSNR and SSIM of generated images and videos
   ],
   extras_require={
     "test": ["pytest>=8", "scipy>=1.11"],

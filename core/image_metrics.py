@@ -1,7 +1,14 @@
-"""Image and video fidelity metrics against a reference: MSE, PSNR and SSIM (Wang et al. 2004)."""
+"""Image and video fidelity against a reference: MSE, PSNR and SSIM (Wang et al. 2004).
+
+PSNR and SSIM are dm-pix's (`dm_pix.psnr`, `dm_pix.ssim`), applied per example: PSNR over all of an
+example's values (one mean squared error per video, not a mean of per-frame PSNRs), SSIM as the mean
+over frames of dm-pix's per-image SSIM (Gaussian window, 'valid' filtering, averaged over positions and
+channels). Arrays are `(B, ..., H, W, C)`: images `(B, H, W, C)` or videos `(B, F, H, W, C)`.
+"""
 
 from __future__ import annotations
 
+import dm_pix
 import jax
 import jax.numpy as jnp
 
@@ -11,44 +18,30 @@ def mse(x: jax.Array, reference: jax.Array) -> jax.Array:
   return jnp.mean(jnp.square(x - reference).reshape(x.shape[0], -1), axis=-1)
 
 
+MIN_MSE = (
+  1e-20  # caps PSNR for identical outputs (e.g. a cache that never reuses) at a finite value
+)
+
+
 def psnr(x: jax.Array, reference: jax.Array, data_range: float) -> jax.Array:
   """Peak signal-to-noise ratio in dB per example; `data_range` = max - min of the signal."""
-  return 10.0 * jnp.log10(data_range**2 / jnp.maximum(mse(x, reference), 1e-20))
-
-
-def _gaussian_window(size: int, sigma: float) -> jax.Array:
-  g = jnp.exp(-0.5 * ((jnp.arange(size) - (size - 1) / 2) / sigma) ** 2)
-  return g / g.sum()
-
-
-def _filter(images: jax.Array, window: jax.Array) -> jax.Array:
-  """Separable 'valid' filtering of `(N, H, W)` images."""
-  rows = jax.vmap(lambda im: jax.vmap(lambda r: jnp.convolve(r, window, mode="valid"))(im))(images)
-  cols = jax.vmap(lambda im: jax.vmap(lambda r: jnp.convolve(r, window, mode="valid"))(im.T).T)(
-    rows
-  )
-  return cols
+  as_columns = lambda a: (a / data_range).reshape(a.shape[0], -1, 1, 1)
+  cap = 10.0 * jnp.log10(data_range**2 / MIN_MSE)
+  return jnp.minimum(dm_pix.psnr(as_columns(x), as_columns(reference)), cap)
 
 
 def ssim(
   x: jax.Array, reference: jax.Array, data_range: float, window: int = 7, sigma: float = 1.5
 ) -> jax.Array:
-  """Mean SSIM per example over frames and channels of `(B, ..., H, W, C)` arrays (Gaussian window)."""
+  """Mean SSIM per example over frames and channels of `(B, ..., H, W, C)` arrays."""
   b, h, w = x.shape[0], x.shape[-3], x.shape[-2]
   if min(h, w) < window:
     raise ValueError(f"frames of {h}x{w} are smaller than the SSIM window {window}")
-  to_planes = lambda a: jnp.moveaxis(a, -1, -3).reshape(-1, h, w)
-  a, r = to_planes(x.astype(jnp.float32)), to_planes(reference.astype(jnp.float32))
-  g = _gaussian_window(window, sigma)
-  mu_a, mu_r = _filter(a, g), _filter(r, g)
-  var_a = _filter(a * a, g) - mu_a**2
-  var_r = _filter(r * r, g) - mu_r**2
-  cov = _filter(a * r, g) - mu_a * mu_r
-  c1, c2 = (0.01 * data_range) ** 2, (0.03 * data_range) ** 2
-  index = ((2 * mu_a * mu_r + c1) * (2 * cov + c2)) / (
-    (mu_a**2 + mu_r**2 + c1) * (var_a + var_r + c2)
+  as_images = lambda a: a.astype(jnp.float32).reshape(-1, *a.shape[-3:])
+  per_image = dm_pix.ssim(
+    as_images(x), as_images(reference), max_val=data_range, filter_size=window, filter_sigma=sigma
   )
-  return index.reshape(b, -1).mean(axis=-1)
+  return per_image.reshape(b, -1).mean(axis=-1)
 
 
 def fidelity(x: jax.Array, reference: jax.Array, data_range: float) -> dict[str, float]:
