@@ -1,15 +1,16 @@
-r"""DCD SSMs on group state tracking: "The Expressive Limits of Diagonal SSMs for State-Tracking" (ICLR 2026).
+r"""DCD SSMs on group state tracking: "The Expressive Limits of Diagonal SSMs for State-Tracking" (ICLR 2026,
+arXiv 2603.01959; method page docs/methods/dcd_ssm.md).
 
 Claim: a k-layer input-dependent complex diagonal SSM tracks a finite group iff the group has a subnormal
 series of length k with Abelian factors (1 layer: Abelian groups; S3, A4: 2 layers; A5: never), and
-gradient training finds the Abelian solutions but not the 2-layer cascades (spec `dcd_ssm.md`).
+gradient training finds the Abelian solutions but not the 2-layer cascades.
 
 Variants:
   default  Z6, 1-layer AUSSM, train length 60, evaluated up to 1000; ~1-2 min on 2 CPU cores.
   study    experiments/study.py runs E1 (exact constructions at T = 10^4), E2 (kinds x {1, 2} layers x
            {Z6, Z2xZ4, S3, A4, A5}) and E3 (S3 from the construction plus noise), 51 runs; measured
            11.4 CPU-minutes (29 min wall on a 2-core box shared with other jobs, load average ~9).
-  gpu      paper scale (spec Sec. 10): d_model 128, d_state 64, 20k steps, finer length grid, all groups
+  gpu      paper scale: d_model 128, d_state 64, 20k steps, finer length grid, all groups
            incl. C60, D4, Q8, S4 (3 layers) and S5, 3 seeds, E3 with 10 seeds, the Pallas scan.
 
   python experiments/train.py --config=configs/dcd_ssm.py --workdir=runs/dcd_ssm/default
@@ -41,7 +42,7 @@ def _study(variant: str) -> ml_collections.ConfigDict:
   study.e1_num_sequences = 8
   # E2: the training grid, one run per cell
   study.e2_groups = ("Z6", "Z2xZ4", "S3", "A4", "A5")
-  # (kind, layers) columns: the spec's E2 models; the GRU baseline at one layer only (CPU budget)
+  # (kind, layers) columns: the paper's DCD models; the GRU baseline at one layer only (CPU budget)
   study.e2_models = tuple((k, L) for k in ("aussm", "neg_mamba", "mamba") for L in (1, 2)) + (
     ("gru", 1),
   )
@@ -50,9 +51,7 @@ def _study(variant: str) -> ml_collections.ConfigDict:
   study.e3_sigmas = (0.0, 0.05, 0.2, 0.5, 1.0)
   study.e3_seeds = 2
   study.e3_steps = 300
-  study.e3_learning_rate = (
-    1e-3  # the spec's Adam(1e-3), gentler than E2's 1e-2 near an exact solution
-  )
+  study.e3_learning_rate = 1e-3  # Adam(1e-3), gentler than E2's 1e-2 near an exact solution
   study.e3_lengths = (60, 120, 240, 500, 1000)
   study.e3_success_length = 240  # success: accuracy > threshold at 4x the training length
   if variant == "gpu":
@@ -89,7 +88,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.model.scan_implementation = (
     "auto"  # auto (Pallas on GPU/TPU, XLA on CPU) | pallas | xla | sequential
   )
-  config.model.init = "random"  # random | construction (Thm 1/2 weights, spec E1/E3)
+  config.model.init = "random"  # random | construction (Thm 1/2 weights, E1/E3)
   config.model.init_noise = 0.0  # E3: Gaussian noise relative to each weight's RMS
   config.model.logit_scale = (
     5.0  # construction's logit margin: loss ~0.03, not saturated (E3 trains on)
@@ -98,7 +97,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.batch_size = 64
   config.steps = 1500  # ignored when evaluate_only
   config.optim = ml_collections.ConfigDict()
-  # The spec's Adam(1e-3) learned nothing within 1000-1500 CPU steps (measured, Z6 1-layer AUSSM);
+  # Adam(1e-3) learned nothing within 1000-1500 CPU steps (measured, Z6 1-layer AUSSM);
   # 1e-2 learns Z6 in distribution in ~700. The gpu variant returns to 1e-3 with 20k steps.
   config.optim.learning_rate = 1e-2
   config.optim.warmup_steps = 100
@@ -117,7 +116,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
   if variant == "study":
     # CPU budget (~10 min for every arm): a smaller model, lax.scan (faster than the associative scan
-    # on CPU, STYLE_ANCHORS 4.1), and a larger step so 1000 steps learn what they can.
+    # on CPU, see `python -m kernels.ssm_scan.bench`), and a larger step so 1000 steps learn what they can.
     config.model.d_model = 32
     config.model.d_state = 16
     config.model.d_hidden = 64

@@ -1,13 +1,14 @@
-r"""FGL: "Forest-Based Graph Learning for Semi-Supervised Node Classification" (ICLR 2026).
+r"""FGL: "Forest-Based Graph Learning for Semi-Supervised Node Classification" (ICLR 2026, OpenReview
+5asbtzIVpS; method page docs/methods/fgl.md).
 
 Claim: aggregating node features over spanning trees sampled with P(T) ~ prod of attention-based
 homophily scores, in linear time by a two-pass tree aggregator, beats local GNNs on heterophilous
-graphs and matches them on homophilous ones (spec ../shared/specs/fgl_forest.md).
+graphs and matches them on homophilous ones.
 
 Variants:
   default   one FGL run (NAAM -> estimator -> student) on a 1500-node contextual SBM with h = 0.3,
             5 classes, 10 labels per class; about a minute on 2 CPU cores.
-  study     the spec's Sec. 4 on 2 CPU cores in ~10 minutes: Theorem 2 check, MLP / GCN / GAT /
+  study     the contextual-SBM study on 2 CPU cores in ~10 minutes: Theorem 2 check, MLP / GCN / GAT /
             GCN-8 / GCN on G-hat / FGL-uniform / FGL / FGL-oracle over h in {0.1, ..., 0.9} x 2 seeds,
             the N_T ablation at h = 0.3, and aggregator scaling.
   gpu       paper scale: a Planetoid graph (Cora by default; --config.data.name=citeseer|pubmed) read
@@ -42,8 +43,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.data.num_classes = 5
   config.data.feature_dim = 32
   config.data.homophily = 0.3  # edge homophily h of the generated graph (measured within 0.02)
-  config.data.avg_degree = 8.0  # m = avg_degree * n / 2 undirected edges (spec: m ~ 4n)
-  config.data.feature_snr = 2.0  # r: class means ~ N(0, I) r / sqrt(d) (spec: r in {1, 2})
+  config.data.avg_degree = 8.0  # m = avg_degree * n / 2 undirected edges (m ~ 4n)
+  config.data.feature_snr = 2.0  # r: class means ~ N(0, I) r / sqrt(d)
   config.data.noise = 1.0  # sigma of the feature noise
   config.data.graph_seed = 0
   config.data.name = "cora"  # planetoid: cora | citeseer | pubmed

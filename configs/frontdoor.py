@@ -1,14 +1,15 @@
-r"""Front-door HTE: "Debiased Front-Door Learners for Heterogeneous Effects" (ICLR 2026).
+r"""Front-door HTE: "Debiased Front-Door Learners for Heterogeneous Effects" (ICLR 2026, arXiv 2509.22531;
+method page docs/methods/frontdoor.md).
 
 Claim: FD-DR and FD-R estimate tau(C) with lower RMSE than the plug-in, the gap widening as nuisances
 converge slowly; FD-R is the most stable under weak overlap.
 
 Variants:
-  default   the spec's main DGP (d = 10) at n = 4000, 3 replications, linear final stage (the
-            author's parity setting); about a minute on 2 CPU cores.
+  default   the main DGP of the author's FDCATE.py (d = 10) at n = 4000, 3 replications, linear final
+            stage (the author's parity setting); about a minute on 2 CPU cores.
   rff       the same with the random-Fourier-feature final stage.
   weak      the weak-overlap DGP at kappa = 6.
-  study     the spec's §6 at CPU scale, RFF final stage, 10 replications per point: n in
+  study     the paper's simulations at CPU scale, RFF final stage, 10 replications per point: n in
             {1k, 2k, 4k, 8k} at delta = 0 and at delta = 1 (nuisances at the n^-1/4 rate), delta in
             {0, .25, .5, 1, 2, 5}, weak-overlap kappa in {2, 6, 10} (at delta = 0 and 1) and front-door
             violation alpha_u in {0, .5, 1} at n = 4000, plus the optional econml / doubleml /
@@ -44,13 +45,13 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.final_stage = "rff" if variant in ("rff", "study", "gpu") else "linear"
   config.nuisance_learner = "parametric"  # "parametric" (logistic + RFF ridge) | "mlp"
   config.floor = 0.05  # denominators floored to [floor, 1 - floor]
-  config.delta = 0.0  # §4 numerator-nuisance perturbation delta * N(n^-1/4, n^-1/4)
+  config.delta = 0.0  # the author's numerator-nuisance perturbation delta * N(n^-1/4, n^-1/4)
   config.external = ()  # optional baselines: "econml", "doubleml", "fdcate" (pip extra "frontdoor")
   config.study = ml_collections.ConfigDict()
   config.study.n = 4000  # n of the delta, kappa and alpha_u sweeps
   config.study.sizes = (1000, 2000, 4000, 8000)
   config.study.slow_delta = 1.0  # the second n sweep: nuisances perturbed at the n^-1/4 rate
-  # The spec's grid reaches 1; fd-cate 0.1.1's own simulation script sweeps delta in {0, 2, 5, 10}.
+  # FDCATE.py's grid reaches 1; fd-cate 0.1.1's own simulation script sweeps delta in {0, 2, 5, 10}.
   config.study.deltas = (0.0, 0.25, 0.5, 1.0, 2.0, 5.0)
   config.study.kappas = (2.0, 6.0, 10.0)
   config.study.alpha_us = (0.0, 0.5, 1.0)

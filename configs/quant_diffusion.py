@@ -1,4 +1,5 @@
-r"""QDPM: "Quantization-Aware Diffusion Models for Maximum Likelihood Training" (ICLR 2026).
+r"""QDPM: "Quantization-Aware Diffusion Models for Maximum Likelihood Training" (ICLR 2026,
+OpenReview 5ekhMkawuT; method page docs/methods/quant_diffusion.md).
 
 Claim: parameterising the denoiser as softround(x_t, t) + exp(-1/t^2) * delta-hat makes the reverse SDE
 end exactly on the data's quantization grid and gives a likelihood bound on the discrete data with no

@@ -1,17 +1,18 @@
 r"""W2S: "Does Weak-to-Strong Generalization Happen under Spurious Correlations?" (ICLR 2026).
 
-arXiv 2509.24005.
+arXiv 2509.24005; method page docs/methods/w2s.md.
 
 Claim: W2S always helps when the unlabelled minority fraction eta_u equals the labelled one eta_l, its
 gain falls as (eta_u - eta_l)^2 grows and can turn negative, and retraining the student on its own
 low-entropy subset with generalised cross-entropy (Enhanced-W2S) helps most in the mismatched settings.
-Spec `w2s_spurious.md`; method `methods/w2s.py`.
+Method: the package `methods/w2s/`.
 
 Variants:
-  default     E2 (spec Sec. 5): Gaussian classification with a spurious attribute, mismatched
+  default     E2: Gaussian classification with a spurious attribute, mismatched
               (eta_l, eta_u) = (0.5, 0.05), 10 seeds vmapped; teacher -> pseudolabels -> W2S student ->
               Enhanced-W2S over a 4 x 4 (p, q) grid. About a minute on 2 CPU cores.
-  regression  E1 (spec Sec. 2, 5): the whole theory-vs-simulation grid in one run (closed-form phases).
+  regression  E1: the paper's ridgeless-regression setting, the whole theory-vs-simulation grid in
+              one run (closed-form phases).
   digits      the image variant: scikit-learn digits 5-9 (label = odd) with an injected stripe, a small
               MLP teacher on pixels, a backbone pre-trained here on digits 0-4, head fine-tuning.
   study       E1 + E2 + digits over (eta_l, eta_u) in {(0.5, 0.05), (0.05, 0.5), (0.05, 0.05), (0.5, 0.5)};
@@ -36,7 +37,7 @@ VARIANTS = ("default", "regression", "digits", "study", "gpu")
 
 
 def _regression(config: ml_collections.ConfigDict) -> None:
-  """E1 of spec Sec. 5: d_z = 64, p = 8, p_T = 5, p_S = 3, n = 3200, N = 9600."""
+  """E1: d_z = 64, p = 8, p_T = 5, p_S = 3, n = 3200, N = 9600."""
   r = config.regression = ml_collections.ConfigDict()
   r.d_z = 64  # core dimension
   r.group_dim = 8  # p, dimension of the group feature xi
@@ -54,7 +55,7 @@ def _regression(config: ml_collections.ConfigDict) -> None:
 
 
 def _classification(config: ml_collections.ConfigDict) -> None:
-  """E2 of spec Sec. 5 (Gaussian blocks; weak = random 6-dim projection, core amplitude x0.3)."""
+  """E2 (Gaussian blocks; weak = random 6-dim projection, core amplitude x0.3)."""
   c = config.classification = ml_collections.ConfigDict()
   c.core_dim = 16
   c.spurious_dim = 8
@@ -89,7 +90,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   )
 
   config.pseudolabels = "hard"  # hard (argmax) | soft (teacher probabilities)
-  config.head_batch_size = 0  # 0: full batch (spec); else minibatches of this size
+  config.head_batch_size = 0  # 0: full batch; else minibatches of this size
   config.teacher = ml_collections.ConfigDict()
   config.teacher.hidden = ()  # () = softmax regression (E2); (k,) = a small MLP (images)
   config.teacher.learning_rate = 0.05

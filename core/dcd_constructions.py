@@ -1,6 +1,7 @@
 """Exact DCD SSM weights for group state tracking: the constructions of Thm 1 and Thm 2.
 
-Spec `dcd_ssm.md` Sec. 2 ("The Expressive Limits of Diagonal SSMs for State-Tracking", ICLR 2026).
+"The Expressive Limits of Diagonal SSMs for State-Tracking" (ICLR 2026, arXiv 2603.01959). The cascade
+below is our derivation of the sufficiency direction of Thm 2; it agrees with the paper's S3 example.
 
 **Cascade** (Thm 2, sufficiency). Given a subnormal series `{e} = G_0 < G_1 < ... < G_k = G` with
 Abelian factors, layer `l` (1-based) tracks the factor `Q_l = G_{k-l+1} / G_{k-l}`. With a section
@@ -205,14 +206,14 @@ def abelian_construction(group: groups_lib.FiniteGroup) -> Cascade:
 
 
 def s3_cascade() -> Cascade:
-  """S3 with A3 = Z3 normal, S3 / A3 = Z2: layer 1 tracks parity, layer 2 the rotation (spec Sec. 2)."""
+  """S3 with A3 = Z3 normal, S3 / A3 = Z2: layer 1 tracks parity, layer 2 the rotation (paper's example)."""
   group = groups_lib.by_name("S3")
   rotations = frozenset(g for g in group.elements if group.element_order(g) in (1, 3))
   return build_cascade(group, (frozenset({0}), rotations, group.elements))
 
 
 def a4_cascade() -> Cascade:
-  """A4 with V4 = Z2 x Z2 normal, A4 / V4 = Z3: layer 1 tracks Z3, layer 2 V4 (spec Sec. 2)."""
+  """A4 with V4 = Z2 x Z2 normal, A4 / V4 = Z3: layer 1 tracks Z3, layer 2 V4."""
   group = groups_lib.by_name("A4")
   klein = frozenset(g for g in group.elements if group.element_order(g) in (1, 2))
   return build_cascade(group, (frozenset({0}), klein, group.elements))
@@ -334,7 +335,7 @@ def construction_params(
 
 
 def perturb(params: dict, reference: dict, sigma: float, rng: jax.Array) -> dict:
-  """`params + sigma * rms * N(0, 1)` per leaf (spec E3), `rms` the leaf's root mean square, or, for an
+  """`params + sigma * rms * N(0, 1)` per leaf (the study's E3), `rms` the leaf's root mean square, or, for an
   all-zero leaf of the construction, that of the same leaf of `reference` (a random init). Traceable."""
   leaves, treedef = jax.tree.flatten(params)
   ref_leaves = jax.tree.leaves(reference)

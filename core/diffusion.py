@@ -1,19 +1,20 @@
 """Diffusion and flow maths shared by the diffusion methods: the VE process, rectified flow, DDPM/DDIM.
 
-Forward process `x_t = x_0 + t * eps`, `eps ~ N(0, I)`, `t in [0, inf)` (QDPM spec, Sec. 1). Time
+Forward process `x_t = x_0 + t * eps`, `eps ~ N(0, I)`, `t in [0, inf)` (QDPM, OpenReview 5ekhMkawuT). Time
 arrays broadcast over the trailing axes of the data: a scalar `t`, or `t` of shape `(B,)` for `x` of
 shape `(B, ...)`. Denoisers are x-predictions `x_hat_fn(x_t, t) -> x_hat` with `t` of shape `(B,)`.
 
 - `ve_perturb`: the forward marginal.
 - `ve_posterior_mean_var`, `ve_posterior_step`: `q(x_t | x_s, x_0 = x_hat)` for `t < s`, the exact
-  Gaussian transition of the first-order SDE solver (spec Sec. 1, QDPM-Solver-1).
-- `network_input`: the input scaling `(x_t - offset) / sqrt(sigma_data^2 + t^2)` (spec Sec. 1, 1.1).
+  Gaussian transition of the first-order SDE solver (QDPM-Solver-1).
+- `network_input`: the input scaling `(x_t - offset) / sqrt(sigma_data^2 + t^2)` (QDPM: `sigma_data = 1`).
 - `ve_ancestral_sample`: first-order ancestral sampler over any decreasing time grid.
 - `ve_midpoint_sample`: second-order (DPM-Solver++(2S)-style) ancestral sampler over a time grid
   plus one midpoint per step; the x-prediction is linearised in the SNR `1/t^2` (derivation there).
 
-Rectified flow (Open-Sora 1.2, Wan, HunyuanVideo; BWCache spec Sec. 3): `x_t = (1 - t) x_0 + t eps`,
-`t in [0, 1]` (t = 1 is noise), velocity target `v = eps - x_0`, sampled from t = 1 to 0 with Euler.
+Rectified flow (Open-Sora 1.2, Wan, HunyuanVideo; BWCache, arXiv 2509.13789, builds on it):
+`x_t = (1 - t) x_0 + t eps`, `t in [0, 1]` (t = 1 is noise), velocity target `v = eps - x_0`,
+sampled from t = 1 to 0 with Euler.
 - `rf_interpolate`, `rf_velocity_target`, `logit_normal_time`: training pairs.
 - `rf_time_grid`, `euler_step`, `euler_sampler`: the sampler.
 
@@ -46,14 +47,14 @@ def broadcast_time(t: jax.Array, x: jax.Array) -> jax.Array:
 
 
 def ve_perturb(x0: jax.Array, t: jax.Array, eps: jax.Array) -> jax.Array:
-  """The VE forward marginal `x_t = x_0 + t * eps` (spec Sec. 1)."""
+  """The VE forward marginal `x_t = x_0 + t * eps`."""
   return x0 + broadcast_time(t, x0) * eps
 
 
 def ve_posterior_mean_var(
   x_s: jax.Array, x_hat: jax.Array, s: jax.Array, t: jax.Array
 ) -> tuple[jax.Array, jax.Array]:
-  """Mean and variance of `q(x_t | x_s, x_0 = x_hat)` for `0 <= t < s` (spec Sec. 1, QDPM-Solver-1).
+  """Mean and variance of `q(x_t | x_s, x_0 = x_hat)` for `0 <= t < s` (QDPM-Solver-1).
 
   Mean `(t^2/s^2) x_s + (1 - t^2/s^2) x_hat`, variance `t^2 (1 - t^2/s^2)` (broadcast to `x_s`).
   """
@@ -75,7 +76,7 @@ def ve_posterior_step(
 def network_input(
   x_t: jax.Array, t: jax.Array, sigma_data: float = 1.0, offset: float = 0.0
 ) -> jax.Array:
-  """Unit-variance network input `(x_t - offset) / sqrt(sigma_data^2 + t^2)` (spec Sec. 1, 1.1)."""
+  """Unit-variance network input `(x_t - offset) / sqrt(sigma_data^2 + t^2)`."""
   t = broadcast_time(t, x_t)
   return (x_t - offset) * jax.lax.rsqrt(sigma_data**2 + jnp.square(t))
 
@@ -87,7 +88,7 @@ def _per_example_time(t: jax.Array, x: jax.Array) -> jax.Array:
 def ve_ancestral_sample(
   rng: jax.Array, x_hat_fn: XHatFn, x_init: jax.Array, ts: jax.Array
 ) -> jax.Array:
-  """First-order ancestral VE sampler (QDPM-Solver-1 for a u-uniform grid, spec Sec. 1).
+  """First-order ancestral VE sampler (QDPM-Solver-1 for a u-uniform grid).
 
   Args:
     rng: PRNG key.
@@ -120,10 +121,10 @@ def ve_midpoint_x_hat(
   noise`, where `x_bar` is the average of `x_hat` over the SNR `nu = 1/tau^2` uniformly on
   `[nu_s, nu_t]` (integrate `d(x/tau^2) = -2 x_hat dtau / tau^3`); the noise does not involve
   `x_hat`. With `x_hat` linear in `nu` through `(nu_s, x_hat_s)` and `(nu_m, x_hat_m)` the average
-  is `x_hat_s + (x_hat_m - x_hat_s) / (2 r)`, `r = (nu_m - nu_s) / (nu_t - nu_s)` (spec Sec. 1,
-  QDPM-Solver-2 [inferred]). As in DPM-Solver++(2S), the midpoint state is the deterministic
-  probability-flow (DDIM) step `x_m = x_hat_s + (m/s)(x_s - x_hat_s)`, which keeps `x_m` at noise
-  level `m`. Needs `t > 0`.
+  is `x_hat_s + (x_hat_m - x_hat_s) / (2 r)`, `r = (nu_m - nu_s) / (nu_t - nu_s)` (our
+  reading of QDPM-Solver-2, which the paper describes only as "second order via Runge-Kutta
+  ideas"). As in DPM-Solver++(2S), the midpoint state is the deterministic probability-flow (DDIM)
+  step `x_m = x_hat_s + (m/s)(x_s - x_hat_s)`, which keeps `x_m` at noise level `m`. Needs `t > 0`.
   """
   x_hat_s = x_hat_fn(x_s, _per_example_time(s, x_s))
   x_m = x_hat_s + broadcast_time(m / s, x_s) * (x_s - x_hat_s)
@@ -136,7 +137,7 @@ def ve_midpoint_x_hat(
 def ve_midpoint_sample(
   rng: jax.Array, x_hat_fn: XHatFn, x_init: jax.Array, ts: jax.Array, mid_ts: jax.Array
 ) -> jax.Array:
-  """Second-order ancestral VE sampler (QDPM-Solver-2 for u-midpoints, spec Sec. 1 [inferred]).
+  """Second-order ancestral VE sampler (our reading of QDPM-Solver-2, u-midpoints).
 
   Like `ve_ancestral_sample`, but transition `ts[i] -> ts[i+1]` uses `ve_midpoint_x_hat` with the
   midpoint `mid_ts[i]` (shape `(N - 1,)`, strictly between the two) in the same Gaussian transition.

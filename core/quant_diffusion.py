@@ -1,19 +1,23 @@
 """QDPM maths and its two baselines.
 
-Paper: "Quantization-Aware Diffusion Models for Maximum Likelihood Training", ICLR 2026 (spec:
-`/work/shared/specs/quant_diffusion.md`). Claim: with the denoiser `x_hat = softround(x_t, t) +
-u * delta_hat`, `u = exp(-1/t^2)`, the reverse VE SDE ends on the data's quantization grid
-(Prop. 2), and `L = E[(1/2u) ||u delta_hat - delta_t||^2]` bounds the discrete NLL with no
-truncation and no dequantization.
+Paper: "Quantization-Aware Diffusion Models for Maximum Likelihood Training" (QDPM), ICLR 2026,
+OpenReview 5ekhMkawuT (no arXiv version; its code link was empty at review time). Claim: with
+the denoiser `x_hat = softround(x_t, t) + u * delta_hat`, `u = exp(-1/t^2)`, the reverse VE SDE
+ends on the data's quantization grid (Prop. 2), and `L = E[(1/2u) ||u delta_hat - delta_t||^2]`
+bounds the discrete NLL with no truncation and no dequantization.
 
-Map to the spec:
-- Sec. 1 parameterisation: `Grid`, `grid_levels`, `softround_moments`, `softround`, `qdpm_x_hat`.
-- Sec. 1 / 1.1 time variables: `t_from_v`, `u_from_t`, `sample_u_and_t` (`v = -ln u = 1/t^2`).
-- Sec. 1 / 1.2 bound: `qdpm_integrand`, `qdpm_train_loss` (C-free), `qdpm_bound_bits_per_dim`
-  (with the analytic `C = D ln K`), `monte_carlo_C_bits_per_dim` (biased plain estimate, for the
-  study).
-- Sec. 1 solvers: `qdpm_time_grid`, `qdpm_sample` (QDPM-Solver-1 and -2).
-- Sec. 3 baselines: `vdm_discrete_loss` (V), `dequantized_loss` (U), `baseline_sample`.
+Map to the paper:
+- The parameterisation `x_hat = softround + u delta_hat`: `Grid`, `grid_levels`, `softround_moments`,
+  `softround`, `qdpm_x_hat`.
+- The change of variables `u = exp(-1/t^2)`, `dt/t^3 = du/(2u)`: `t_from_v`, `u_from_t`,
+  `sample_u_and_t` (drawn through `v = -ln u = 1/t^2`, our choice for float32).
+- The likelihood bound (the VDM continuous-time loss with SNR(t) = 1/t^2, no t_min, no t_max):
+  `qdpm_integrand`, `qdpm_train_loss` (C-free), `qdpm_bound_bits_per_dim` (with the analytic
+  `C = D ln K`, which we derived and check in `tests/test_quant_diffusion_math.py`),
+  `monte_carlo_C_bits_per_dim` (the biased plain estimate, for the study).
+- QDPM-Solver-1 and -2: `qdpm_time_grid`, `qdpm_sample`.
+- The baselines of our CPU study (VDM-style discrete model (V), uniformly dequantized model (U)):
+  `vdm_discrete_loss`, `dequantized_loss`, `baseline_sample`.
 
 Conventions: `x` has shape `(B, ...)`; per-example results have shape `(B,)`; `t` and `u` are
 scalars or `(B,)`. `Grid` holds Python numbers and is static (close over it or mark it static), as
@@ -44,7 +48,7 @@ _V_MIN, _V_MAX = 1e-12, 80.0
 
 
 class Grid(NamedTuple):
-  """Levels `offset + spacing * k`, `k = 0..num_levels-1` (spec Sec. 1.1: keep spacing O(1))."""
+  """Levels `offset + spacing * k`, `k = 0..num_levels-1` (spacing O(1): `u` underflows below t ~ 0.1)."""
 
   num_levels: int
   spacing: float = 1.0
@@ -57,23 +61,23 @@ def grid_levels(grid: Grid) -> jax.Array:
 
 
 def grid_center(grid: Grid) -> float:
-  """The mid-level `c`, the prior mean of the samplers (spec Sec. 1, prior)."""
+  """The mid-level `c`, the prior mean of the samplers (prior `N(c, T^2 I)`, our reading)."""
   return grid.offset + grid.spacing * (grid.num_levels - 1) / 2
 
 
 def nearest_level(x: jax.Array, grid: Grid) -> jax.Array:
-  """`round(x)`: the nearest level per coordinate (spec Sec. 1, Prop. 2)."""
+  """`round(x)`: the nearest level per coordinate (the paper's Prop. 2)."""
   k = jnp.clip(jnp.round((x - grid.offset) / grid.spacing), 0, grid.num_levels - 1)
   return grid.offset + grid.spacing * k
 
 
 def on_grid_fraction(x: jax.Array, grid: Grid, tol: float = 1e-3) -> jax.Array:
-  """Fraction of coordinates within `tol` of a level (spec Sec. 3 metric)."""
+  """Fraction of coordinates within `tol` of a level (the study's on-grid metric)."""
   return jnp.mean(jnp.abs(x - nearest_level(x, grid)) <= tol)
 
 
 def bits_per_dim(nats_per_example: jax.Array, dim: int) -> jax.Array:
-  """Nats per example -> bits per dimension (spec Sec. 1: bpd = L / (D ln 2))."""
+  """Nats per example -> bits per dimension (bpd = L / (D ln 2))."""
   return nats_per_example / (dim * math.log(2.0))
 
 
@@ -115,8 +119,9 @@ def _level_logits(x: jax.Array, t: jax.Array, grid: Grid) -> jax.Array:
 def softround_moments(x: jax.Array, t: jax.Array, grid: Grid) -> tuple[jax.Array, jax.Array]:
   """Posterior mean and variance of `x_0` given `x_t = x`, iid uniform prior over the levels.
 
-  `softround(x, t)_i = sum_k softmax_k(-(x^(k) - x_i)^2 / (2 t^2)) x^(k)` (spec Sec. 1), a stable
-  softmax over all K levels (the level window of spec Sec. 1.1 is left to a Pallas kernel, Sec. 5).
+  `softround(x, t)_i = sum_k softmax_k(-(x^(k) - x_i)^2 / (2 t^2)) x^(k)` (the paper's
+  parameterisation), a stable softmax over all K levels (restricting it to the levels within ~8t of
+  `x_i` is left to a future streaming kernel).
   """
   x = _as_float(x)
   t = jnp.broadcast_to(diffusion.broadcast_time(t, x), x.shape)
@@ -128,7 +133,7 @@ def softround_moments(x: jax.Array, t: jax.Array, grid: Grid) -> tuple[jax.Array
 
 
 def softround(x: jax.Array, t: jax.Array, grid: Grid) -> jax.Array:
-  """`softround(x, t)` with closed-form derivatives (spec Sec. 1.1), finite for all `t >= 0`."""
+  """`softround(x, t)` with closed-form derivatives (`d/dx_i = Var_post / t^2`), finite for all `t >= 0`."""
   x = _as_float(x)
   return _softround(grid, x, jnp.broadcast_to(diffusion.broadcast_time(t, x), x.shape))
 
@@ -156,7 +161,7 @@ def _softround_jvp(grid, primals, tangents):
 def qdpm_x_hat(
   delta_hat: jax.Array, x_t: jax.Array, t: jax.Array, u: jax.Array, grid: Grid
 ) -> jax.Array:
-  """`x_hat = softround(x_t, t) + u * delta_hat` (spec Sec. 1, parameterisation)."""
+  """`x_hat = softround(x_t, t) + u * delta_hat` (the paper's parameterisation)."""
   return softround(x_t, t, grid) + diffusion.broadcast_time(u, x_t) * delta_hat
 
 
@@ -166,7 +171,7 @@ def qdpm_x_hat(
 
 
 def t_from_v(v: jax.Array) -> jax.Array:
-  """`t = v^(-1/2)` with `v = -ln u = 1/t^2` (spec Sec. 1.1)."""
+  """`t = v^(-1/2)` with `v = -ln u = 1/t^2`."""
   return jax.lax.rsqrt(jnp.asarray(v, jnp.float32))
 
 
@@ -185,7 +190,7 @@ def _sample_v(rng: jax.Array, batch: int) -> jax.Array:
 
 
 def sample_u_and_t(rng: jax.Array, batch: int) -> tuple[jax.Array, jax.Array]:
-  """`u ~ U(0, 1)` and `t(u) = (-ln u)^(-1/2)`, drawn through `v` (spec Sec. 1.1)."""
+  """`u ~ U(0, 1)` and `t(u) = (-ln u)^(-1/2)`, drawn through `v` (no cancellation near u = 1)."""
   v = _sample_v(rng, batch)
   return jnp.exp(-v), t_from_v(v)
 
@@ -198,7 +203,7 @@ def _stratified_v(rng: jax.Array, stratum: jax.Array, num_strata: int, batch: in
 
 
 # --------------------------------------------------------------------------------------------------
-# QDPM bound (spec Sec. 1, 1.2)
+# QDPM bound
 # --------------------------------------------------------------------------------------------------
 
 
@@ -208,7 +213,7 @@ def qdpm_integrand(
   """Per-example `delta_hat^T ((u/2) delta_hat - delta_t)` at `v = -ln u` (shape `(B,)`), in nats.
 
   `delta_t = x0 - softround(x_t, t)`, `x_t = x0 + t eps`: the theta-dependent part of the bound
-  `L = E[(1/2u) ||u delta_hat - delta_t||^2] = E[this] + C` (spec Sec. 1). Exactly 0 for
+  `L = E[(1/2u) ||u delta_hat - delta_t||^2] = E[this] + C`. Exactly 0 for
   `delta_hat = 0`.
   """
   x0 = _as_float(x0)
@@ -221,7 +226,7 @@ def qdpm_integrand(
 
 
 def qdpm_train_loss(delta_fn: DeltaFn, x0: jax.Array, rng: jax.Array, grid: Grid) -> jax.Array:
-  """Per-example C-free training loss in nats, one `u ~ U(0, 1)` and `eps` per example (Sec. 1).
+  """Per-example C-free training loss in nats, one `u ~ U(0, 1)` and `eps` per example.
 
   Same gradient as the full bound; add `D ln K` (or use `qdpm_bound_bits_per_dim`) for a bound.
   """
@@ -233,7 +238,7 @@ def qdpm_train_loss(delta_fn: DeltaFn, x0: jax.Array, rng: jax.Array, grid: Grid
 def qdpm_bound_bits_per_dim(
   delta_fn: DeltaFn, x0: jax.Array, rng: jax.Array, grid: Grid, num_u_samples: int
 ) -> tuple[jax.Array, jax.Array]:
-  """Full bound in bits/dim per example, and its Monte-Carlo standard error (spec Sec. 1.2).
+  """Full bound in bits/dim per example, and its Monte-Carlo standard error.
 
   bpd `= log2 K + E[delta_hat^T ((u/2) delta_hat - delta_t)] / (D ln 2)`: `C = D ln K` exactly for
   every on-grid `x0`, so only the finite-variance theta term is sampled. Its `M = num_u_samples`
@@ -263,7 +268,7 @@ def monte_carlo_C_bits_per_dim(
   """Plain Monte-Carlo `C = E[||delta_t||^2 / (2u)]` in bits/dim per example, iid `u ~ U(0, 1)`.
 
   The estimator a naive evaluation of the full form would use: its variance is infinite (integrand
-  ~ u^(-7/8) as u -> 0), so it comes out biased low against the exact `log2 K` (spec Sec. 1.2).
+  ~ u^(-7/8) as u -> 0), so it comes out biased low against the exact `log2 K`.
   """
   x0 = _as_float(x0)
 
@@ -279,7 +284,7 @@ def monte_carlo_C_bits_per_dim(
 
 
 # --------------------------------------------------------------------------------------------------
-# QDPM-Solver-1/2 (spec Sec. 1)
+# QDPM-Solver-1/2
 # --------------------------------------------------------------------------------------------------
 
 
@@ -307,7 +312,7 @@ def qdpm_sample(
   t_max_prior: float = 80.0,
   snap_to_grid: bool = True,
 ) -> jax.Array:
-  """QDPM-Solver-`order` samples of `shape` (spec Sec. 1).
+  """QDPM-Solver-`order` samples of `shape`.
 
   Prior `x_T ~ N(c, T^2 I)`, `T = t_max_prior`, `c = grid_center`; time grid uniform in `u` on
   `(0, u_max]`, `u_max = exp(-1/T^2)` (`T = 80`: `u_max = exp(-1/6400)`), `num_steps` nodes, so
@@ -337,7 +342,7 @@ def qdpm_sample(
 
 
 # --------------------------------------------------------------------------------------------------
-# Baselines (spec Sec. 3): VDM-style discrete model (V) and uniformly dequantized model (U)
+# Baselines of the CPU study: VDM-style discrete model (V) and uniformly dequantized model (U)
 # --------------------------------------------------------------------------------------------------
 
 
@@ -372,7 +377,7 @@ def categorical_decoder_log_probs(z: jax.Array, t: jax.Array, grid: Grid) -> jax
 def vdm_discrete_loss(
   x_hat_fn: XHatFn, x0: jax.Array, rng: jax.Array, grid: Grid, t_min: float, t_max: float
 ) -> jax.Array:
-  """Per-example VDM bound on the discrete NLL of on-grid `x0`, in nats (spec Sec. 3 (V)).
+  """Per-example VDM bound on the discrete NLL of on-grid `x0`, in nats (baseline (V)).
 
   `-log p(x0) <= KL(q(z_tmax|x0) || N(c, t_max^2 I)) + int_{t_min}^{t_max} t^-3 E||x0 - x_hat||^2 dt
   + E[-log p(x0 | z_tmin)]`: VDM's continuous-time bound with SNR `1/t^2` (`-SNR'/2 = t^-3`),
@@ -394,7 +399,7 @@ def vdm_discrete_loss(
 def dequantized_loss(
   x_hat_fn: XHatFn, x0: jax.Array, rng: jax.Array, grid: Grid, t_min: float, t_max: float
 ) -> jax.Array:
-  """Per-example bound on the discrete NLL through uniform dequantization, in nats (Sec. 3 (U)).
+  """Per-example bound on the discrete NLL through uniform dequantization, in nats (baseline (U)).
 
   `y = x0 + spacing * U[0, 1)^D`. `-log P(x0) <= -E_y log p(y) - D ln(spacing)` (Jensen over the
   cell), and `-log p(y) <=` prior KL + diffusion term (as in `vdm_discrete_loss`, on `y`) + Gaussian
@@ -423,7 +428,7 @@ def baseline_sample(
   t_min: float,
   t_max: float,
 ) -> jax.Array:
-  """Ancestral VE samples for the baselines: `x_hat(z_tmin, t_min)`, not rounded (spec Sec. 3).
+  """Ancestral VE samples for the baselines: `x_hat(z_tmin, t_min)`, not rounded.
 
   Prior `N(c, t_max^2 I)`; `num_steps` nodes uniform in `ln t` from `t_max` to `t_min` (the
   baselines' importance distribution in training). Dequantized models give `y`: floor it to a level.

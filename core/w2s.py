@@ -10,7 +10,7 @@ no prediction). With the coefficient matrix `B` (d_z x p_w, row-major `vec`) the
 in closed form, `ER_eta(f) = E_{D(eta)}[(z^T (B - beta* e_1^T) w)^2] = tr(E M_eta E^T)`
 (`excess_risk`), because z is independent of xi and standard normal.
 
-Theory (`predicted_*`: our exact-moment derivation, the "Sec. 2.1" predictor of the W2S metric names;
+Theory (`predicted_*`: our exact-moment derivation, the "exact-moment" predictor of the W2S metrics;
 `relayed_*`: the paper's Thm 1 and Thm 2 as relayed by secondary summaries of it, their constants not
 checked against the paper), pieces of its remedy Enhanced-W2S (`generalized_cross_entropy`,
 `predictive_entropy`, `top_p_mask`) and group metrics (`group_accuracies`, `worst_group_accuracy`).
@@ -170,7 +170,7 @@ def xi_moments(eta, mu: jax.Array, sigma_xi) -> tuple[jax.Array, jax.Array]:
 
 
 def feature_second_moment(left: jax.Array, right: jax.Array, eta, mu: jax.Array, sigma_xi):
-  """`E_eta[[1; L^T xi][1; R^T xi]^T]`: M_eta (L = R = T), B_eta (S, S) or A_eta (T, S) of Sec. 2.1."""
+  """`E_eta[[1; L^T xi][1; R^T xi]^T]`: M_eta (L = R = T), B_eta (S, S) or A_eta (T, S) (exact moments)."""
   mean, second = xi_moments(eta, mu, sigma_xi)
   top = jnp.concatenate([jnp.ones((1,)), mean @ right])[None, :]
   bottom = jnp.concatenate([(left.T @ mean)[:, None], left.T @ second @ right], axis=1)
@@ -209,7 +209,7 @@ def _teacher_noise_scale(design: RegressionDesign, num_labelled: int, teacher_di
   """c = sigma_y^2 / (n - d_T - 1), the Gaussian-design E[(X^T X)^-1] factor."""
   if num_labelled <= teacher_dim + 1:
     raise ValueError(
-      f"the Sec. 2.1 predictor needs n > d_T + 1 (OLS regime), got n={num_labelled}, d_T={teacher_dim}"
+      f"the exact-moment predictor needs n > d_T + 1 (OLS regime), got n={num_labelled}, d_T={teacher_dim}"
     )
   return design.sigma_y**2 / (num_labelled - teacher_dim - 1)
 

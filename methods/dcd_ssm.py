@@ -1,19 +1,23 @@
-"""DCD SSMs on group state tracking: "The Expressive Limits of Diagonal SSMs for State-Tracking" (ICLR 2026).
+"""DCD SSMs on group state tracking: "The Expressive Limits of Diagonal SSMs for State-Tracking" (ICLR 2026,
+arXiv 2603.01959, OpenReview 5bg5Ru5OML; no official code for the group experiments).
 
 Claim (Thm 1, 2): a k-layer input-dependent complex-valued diagonal (DCD) SSM at finite precision tracks a
 finite group G iff G has a subnormal series of length k with Abelian factors; so one layer tracks exactly
 the Abelian groups, solvable groups need their derived length in layers, and A5 is tracked at no depth.
-Empirically (Sec. 5 of the spec) training finds the 1-layer Abelian solutions (AUSSM) but not the
-2-layer cascades for S3/A4 from random init, though it keeps them when started near them.
+Empirically (the paper's length-generalisation table and its 1-vs-2-layer ablation) training finds the
+1-layer Abelian solutions (AUSSM) but not the 2-layer cascades for S3/A4 from random init, though it
+keeps them when started near them.
 
-Map to the paper (spec `dcd_ssm.md`):
-  `core/nn/ssm.py`            the DCD layer `h_t = diag(lambda(x_t)) h_{t-1} + b(x_t)` (Sec. 1) with the
-                              eigenvalue parameterisations of the Sec. 3 table, stacks, the GRU baseline.
-  `core/data/groups.py`       Cayley tables, prefix-product labels (Sec. 1), derived series (Thm 2).
-  `core/dcd_constructions.py` the exact constructions of Thm 1 and Thm 2 (Sec. 2) as model weights.
-  `kernels/ssm_scan`          the scan (Sec. 4, 8).
+Map to the paper:
+  `core/nn/ssm.py`            the DCD layer `h_t = diag(lambda(x_t)) h_{t-1} + b(x_t)` with the
+                              eigenvalue parameterisations of the paper's table of SSM variants (S4D,
+                              Mamba, Negative Mamba, AUSSM), stacks, the GRU baseline.
+  `core/data/groups.py`       Cayley tables, prefix-product labels (the state-tracking task), derived
+                              series (Thm 2).
+  `core/dcd_constructions.py` the exact constructions of Thm 1 and Thm 2 as model weights.
+  `kernels/ssm_scan`          the diagonal linear recurrence (sequential, associative and Pallas scans).
   here                        one phase: train (or, for E1, only evaluate) and measure length
-                              generalisation; the study's E1/E2/E3 arms and their report (Sec. 6).
+                              generalisation; the study's E1/E2/E3 arms and their report.
 
 Metrics. `accuracy_at_<L>` is the per-position accuracy over positions `(L - window, L]` of the fixed
 evaluation sequences (the models are causal, so one pass over the longest length gives every L);
@@ -23,14 +27,15 @@ evaluation length L such that the accuracy exceeds `eval.threshold` at every eva
 positions of the longest length (E1's "100% at T = 10^4").
 
 Choices where the paper is open: fixed-length training sequences with the loss at every position (this
-covers every prefix length 1..train_length, as the spec's U{1..60} would); one shared evaluation set per
-group (`data.eval_seed`) so seeds and models are compared on the same sequences; E3's noise is relative to
-each weight matrix's RMS (`dcd_constructions.perturb`); a cell of the E2 grid is one run (1 seed on CPU).
-The CPU study trains a smaller model (d_model 32, d_state 16, batch 32, 1000 steps, Adam 1e-2) than the
-spec's E2 (64 / 32 / 64, <= 1500 steps, Adam 1e-3) to fit ~10 minutes, E3 uses 2 seeds instead of 5 and
-300 steps at Adam 1e-3, and the GRU baseline runs at one layer only; the `gpu` variant restores the
-paper's scale. The construction's logits have margin `model.logit_scale = 5` (loss ~0.03), so E3's
-training from it sees gradients rather than a saturated loss.
+covers every prefix length 1..train_length, as lengths drawn from U{1..60} would); one shared evaluation
+set per group (`data.eval_seed`) so seeds and models are compared on the same sequences; E3's noise is
+relative to each weight matrix's RMS (`dcd_constructions.perturb`); a cell of the E2 grid is one run (1
+seed on CPU). The CPU study trains a smaller model (d_model 32, d_state 16, batch 32, 1000 steps, Adam
+1e-2) than the E2 grid was first planned with (64 / 32 / 64, <= 1500 steps, Adam 1e-3) to fit ~10
+minutes, E3 uses 2 seeds instead of 5 and 300 steps at Adam 1e-3, and the GRU baseline runs at one layer
+only; the `gpu` variant restores the paper's scale. The construction's logits have margin
+`model.logit_scale = 5` (loss ~0.03), so E3's training from it sees gradients rather than a saturated
+loss.
 """
 
 from __future__ import annotations
@@ -103,7 +108,7 @@ def cascade_of(config: ml_collections.ConfigDict) -> dcd_constructions.Cascade:
 
 
 def optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransformation:
-  """Adam with linear warmup and cosine decay (spec E2), global-norm clipping."""
+  """Adam with linear warmup and cosine decay (E2), global-norm clipping."""
   warmup = min(config.optim.warmup_steps, config.steps // 2)
   schedule = optax.warmup_cosine_decay_schedule(
     0.0, config.optim.learning_rate, warmup, max(config.steps, 1)
@@ -112,7 +117,7 @@ def optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransformation
 
 
 def initial_params(config, model, group, rng) -> dict:
-  """Random init, or the construction plus `model.init_noise` relative noise (spec E1, E3)."""
+  """Random init, or the construction plus `model.init_noise` relative noise (E1, E3)."""
   init_rng, noise_rng = jax.random.split(rng)
   dummy = jnp.zeros((1, config.data.train_length), jnp.int32)
   random_params = model.init(init_rng, dummy)
@@ -301,7 +306,7 @@ def _validate_construction(config) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------
-# Study: E1 exact constructions, E2 training grid, E3 learnability gap (spec Sec. 6)
+# Study: E1 exact constructions, E2 training grid, E3 learnability gap
 # ---------------------------------------------------------------------------------------------------
 
 
@@ -454,7 +459,7 @@ def _group_facts(names) -> dict[str, dict]:
 
 
 def _summary(config, results) -> dict:
-  """The spec's expectations, as measured (not asserted)."""
+  """The expected outcomes of E1-E3, as measured (not asserted)."""
   study = config.study
   facts = _group_facts(sorted(set(study.e2_groups) | {"A5"}))
   e1 = [results[n] for n in (_e1_name(*c) for c in study.e1_constructions) if n in results]

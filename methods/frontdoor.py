@@ -1,4 +1,5 @@
-"""Front-door HTE: "Debiased Front-Door Learners for Heterogeneous Effects" (ICLR 2026).
+"""Front-door HTE: "Debiased Front-Door Learners for Heterogeneous Effects" (ICLR 2026, arXiv 2509.22531;
+official code github.com/yonghanjung/FD-CATE).
 
 Claim: the debiased FD-DR and FD-R learners estimate the heterogeneous front-door effect tau(C) with
 lower error than the plug-in FD-PI, most of all when the nuisances converge slowly (the gap widens
@@ -6,12 +7,12 @@ with the perturbation delta); FD-R is the most stable under weak overlap; back-d
 alone gets the effect wrong.
 
 One evaluate-only phase, `simulate` (an estimator pipeline: no optimiser steps). For each of
-`config.replications` seeds it simulates the spec's DGP (`core/data/frontdoor.py`), cross-fits the
+`config.replications` seeds it simulates the author's DGP (`core/data/frontdoor.py`), cross-fits the
 plug-in, FD-DR, FD-R and the naive back-door DR-learner (`core/causal`) on the same arrays, with the
-§4 nuisance perturbation `config.delta`, and scores the out-of-fold tau(C_i) against the truth. The
-replications are one `jax.vmap` over seeds. Results are means over replications with standard
-errors, each replication's RMSEs (`rmse_<learner>/replications`, for slopes with intervals), and
-the ATEs. The plug-in, FD-DR and back-door learners share their 2-fold nuisances.
+author's nuisance perturbation `config.delta` (`core/data/frontdoor.py`), and scores the out-of-fold
+tau(C_i) against the truth. The replications are one `jax.vmap` over seeds. Results are means over
+replications with standard errors, each replication's RMSEs (`rmse_<learner>/replications`, for slopes
+with intervals), and the ATEs. The plug-in, FD-DR and back-door learners share their 2-fold nuisances.
 
 `config.external` names optional packages run on the first replication's arrays (the last section
 below; `pip install -e ".[frontdoor]"`): econml and doubleml back-door learners, and the author's
@@ -157,7 +158,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------
-# Study (spec §6): RMSE against n, delta, overlap and front-door violation.
+# Study: RMSE against n, delta, overlap and front-door violation.
 # ---------------------------------------------------------------------------------------------------
 
 
@@ -330,8 +331,8 @@ def _figure(config, grid, results):
 # Optional external baselines (pip install -e ".[frontdoor]"); nothing else imports these packages.
 # ---------------------------------------------------------------------------------------------------
 # Each runs on one simulated data set (numpy arrays):
-# - `econml`: `LinearDML` of X -> Y given C (a back-door CATE learner, linear in C). Spec §6: it
-#   adjusts for C only, so U makes it recover the confounded, wrong-signed contrast.
+# - `econml`: `LinearDML` of X -> Y given C (a back-door CATE learner, linear in C). It adjusts
+#   for C only, so U makes it recover the confounded, wrong-signed contrast.
 # - `doubleml`: `DoubleMLIRM` ATE of X -> Y given C (back-door, same failure).
 # - `fdcate`: parity with fd-cate 0.1.1 (`FDCATE(method="fd-dr" | "fd-r")`, XGBoost nuisances)
 #   against this codebase's FD-DR and FD-R (linear final stage as the author) on the same arrays:

@@ -1,14 +1,15 @@
-"""QDPM: "Quantization-Aware Diffusion Models for Maximum Likelihood Training" (ICLR 2026).
+"""QDPM: "Quantization-Aware Diffusion Models for Maximum Likelihood Training" (ICLR 2026, OpenReview
+5ekhMkawuT).
 
-Claim: with the denoiser `x_hat = softround(x_t, t) + u * delta_hat`, `u = exp(-1/t^2)` (Sec. 3), the
-reverse VE SDE ends on the data's quantization grid (Prop. 2), and the bound
+Claim: with the denoiser `x_hat = softround(x_t, t) + u * delta_hat`, `u = exp(-1/t^2)`, the reverse
+VE SDE ends on the data's quantization grid (Prop. 2), and the bound
 `-log p(x_0) <= E_u[(1/2u) ||u delta_hat - delta_t||^2]` on the *discrete* pmf needs no truncation and
 no dequantization; QDPM's test bpd is below a VDM-style discrete model's, which is below a model of
 uniformly dequantized data.
 
 One phase, `train`, for each of three models on the same backbone (`config.model.kind`):
   qdpm         the paper's parameterisation; trained on the C-free loss, evaluated with the full bound
-               (analytic C = log2 K per dimension, spec 1.2); sampled with QDPM-Solver-1 (and -2).
+               (analytic C = log2 K per dimension, derived here); sampled with QDPM-Solver-1 (and -2).
   vdm          plain x-prediction, bound truncated to [t_min, t_max] with a categorical decoder.
   dequantized  the same continuous model on x_0 + U[0, 1), a Gaussian decoder (dequantized bpd).
 The maths lives in `core/quant_diffusion.py`; this module wires it to data, the optimiser and the loop.
@@ -125,7 +126,7 @@ def _center(grid: qd.Grid) -> float:
 
 
 def qdpm_delta_fn(config, params):
-  """`delta_hat(x_t, t, u)`: the network sees `x_t / sqrt(sigma_d^2 + t^2)` and `u` (Sec. 3)."""
+  """`delta_hat(x_t, t, u)`: the network sees `x_t / sqrt(sigma_d^2 + t^2)` and `u` (QDPM's conditioning)."""
   net, grid, sigma = backbone(config), grid_of(config), config.model.sigma_data
 
   def delta_fn(x_t, t, u):
@@ -263,7 +264,7 @@ def draw_samples(config, params, rng, dim: int, order: int = 1, at_t0: bool = Tr
 
 
 def evaluate(config, splits, state, rng) -> dict[str, float]:
-  """Test/train bpd with standard errors, the null model, on-grid fraction of samples (spec Sec. 3)."""
+  """Test/train bpd with standard errors, the null model, on-grid fraction of samples."""
   params, grid = state["ema_params"], grid_of(config)
   rngs = jax.random.split(rng, 6)
   test = bound_bits_per_dim(config, params, splits["test"], rngs[0])

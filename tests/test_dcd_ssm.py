@@ -156,7 +156,7 @@ def test_s3_cascade_is_exact_at_ten_thousand_steps_in_float32():
   assert construction_accuracy("S3", "aussm", 2, length=10_000, num=2, scan="xla") == 1.0
 
 
-def test_s3_cascade_has_the_spec_structure():
+def test_s3_cascade_has_the_structure_of_the_papers_example():
   """Layer 1: parity (angles 0, pi); layer 2: Z3 rotations whose direction depends on the parity."""
   cascade = constructions.s3_cascade()
   first, second = cascade.layers
@@ -193,7 +193,7 @@ def layer_eigenvalues(kind):
 
 
 @pytest.mark.parametrize("kind", ssm.EIGENVALUE_KINDS)
-def test_eigenvalues_lie_in_the_ranges_of_the_spec_table(kind):
+def test_eigenvalues_lie_in_the_ranges_of_the_papers_table(kind):
   lam, h = layer_eigenvalues(kind)
   assert h.shape == (2, 7, 8) and h.dtype == jnp.complex64 and lam.shape == (2, 7, 8)
   if kind == "mamba":
@@ -312,7 +312,7 @@ def test_bad_fields_are_named(tmp_path, changes, message):
     loop.run(tiny_config(**changes), str(tmp_path))
 
 
-def test_study_arms_cover_the_spec_grid_and_the_report_reads_them():
+def test_study_arms_cover_the_study_grid_and_the_report_reads_them():
   config = dcd_config.get_config("study")
   arms = dict(dcd_ssm.study_arms(config))
   study = config.study

@@ -1,4 +1,4 @@
-"""Tests of the front-door learners (`core/causal/frontdoor.py`) and their DGPs (spec §9)."""
+"""Tests of the front-door learners (`core/causal/frontdoor.py`) and their DGPs."""
 
 from typing import NamedTuple
 
@@ -67,7 +67,7 @@ _psi = jax.jit(cf.dr_pseudo_outcome)
 
 
 # ----------------------------------------------------------------------------------------------
-# DGPs and oracle nuisances (§4).
+# DGPs and oracle nuisances.
 # ----------------------------------------------------------------------------------------------
 
 
@@ -89,7 +89,7 @@ def test_main_dgp_has_the_simpson_paradox(pooled):
 
 
 def test_oracle_b_times_gamma_is_tau(pooled):
-  """Thm 2 with binary Z: b(C)·γ_g(C) = τ(C) from the true nuisances (spec §9, atol 1e-6)."""
+  """Thm 2 with binary Z: b(C)·γ_g(C) = τ(C) from the true nuisances (atol 1e-6)."""
   cache = pooled.cache
   b = cache.q1[:, 1] - cache.q1[:, 0]
   g = cache.m[:, 1] - cache.m[:, 0]
@@ -123,7 +123,7 @@ def test_perturbation_moves_numerators_only(fit_sample):
 
 
 # ----------------------------------------------------------------------------------------------
-# FD-DR pseudo-outcome (§2): exactness, unbiasedness, double robustness, floors.
+# FD-DR pseudo-outcome: exactness, unbiasedness, double robustness, floors.
 # ----------------------------------------------------------------------------------------------
 
 
@@ -244,7 +244,7 @@ def test_double_robustness(pooled):
 
 
 # ----------------------------------------------------------------------------------------------
-# Folds (§2, §3).
+# Folds (2-fold FD-DR, 3-way FD-R).
 # ----------------------------------------------------------------------------------------------
 
 
@@ -294,7 +294,7 @@ def test_end_to_end_rmse(learners, fit_sample):
 
 
 def test_backdoor_baseline_gets_the_sign_wrong(learners, fit_sample):
-  """Adjusting for C alone recovers the U-confounded contrast: negative, while τ(C) > 0 (§4, §6)."""
+  """Adjusting for C alone recovers the U-confounded contrast: negative, while τ(C) > 0."""
   x, y = (jnp.asarray(v, jnp.float32) for v in (fit_sample.x, fit_sample.y))
   naive = float(backdoor.difference_in_means(x, y, jnp.ones_like(y)))
   assert float(fit_sample.tau.min()) > 0

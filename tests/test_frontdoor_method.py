@@ -41,7 +41,7 @@ def test_bad_fields_are_named(tmp_path, field, value, message):
 
 
 def test_replications_vmap_and_perturbation_hurts_the_plugin_most(tmp_path):
-  """One vmap over replications; at delta = 1 the plug-in degrades more than FD-DR (spec §5)."""
+  """One vmap over replications; at delta = 1 the plug-in degrades more than FD-DR (paper)."""
   config = tiny_config()
   config.data.n, config.replications = 1000, 3
   clean = frontdoor.summarise(frontdoor.replications(config, jax.random.key(0)))

@@ -1,4 +1,4 @@
-"""Tests of core/diffusion.py and core/quant_diffusion.py against the QDPM spec (Sec. 1, 1.2, 3).
+"""Tests of core/diffusion.py and core/quant_diffusion.py: QDPM's maths, its bound and the baselines.
 
 Compilation dominates on CPU: test data come from numpy, and each test compiles one jitted function.
 """
@@ -39,7 +39,7 @@ def _mlp_params(seed, dim, hidden=16):
 
 
 def _mlp_delta(params, x_t, t, u, center=8.0):
-  """A small random MLP-like `delta_fn(x_t, t, u)` with the spec's input scaling."""
+  """A small random MLP-like `delta_fn(x_t, t, u)` with QDPM's input scaling."""
   w_in, w_u, w_out = params
   h = jnp.tanh(diffusion.network_input(x_t, t, 1.0, center) @ w_in + u[:, None] * w_u)
   return 3.0 * h @ w_out
@@ -230,12 +230,12 @@ def test_null_model_bound_is_log2_num_levels_exactly_and_plain_monte_carlo_C_is_
   for grid, (bpd, std_err) in zip(grids, bounds, strict=True):
     np.testing.assert_array_equal(bpd, np.full(3, np.float32(math.log2(grid.num_levels))))
     np.testing.assert_array_equal(std_err, np.zeros(3, np.float32))
-  # Spec Sec. 1.2: the infinite-variance plain estimate of C misses rare huge terms: low on average.
+  # The infinite-variance plain estimate of C misses rare huge terms: low on average.
   assert 0.75 * math.log2(17) < float(np.mean(mc_c_bits)) < math.log2(17)
 
 
 def test_analytic_C_matches_quadrature_in_v():
-  """C per coordinate = int_0^inf (1/2) E(x0 - softround(x_t, t))^2 dv = ln K (spec Sec. 1.2)."""
+  """C per coordinate = int_0^inf (1/2) E(x0 - softround(x_t, t))^2 dv = ln K (derived here)."""
   log_v = np.linspace(-24.0, 6.5, 400)  # trapezoid in ln v; the integrand ~ v at both ends
   eps = np.linspace(-12.0, 12.0, 1201)
   eps_weights = jnp.asarray(np.exp(-(eps**2) / 2) / math.sqrt(2 * math.pi) * (eps[1] - eps[0]))

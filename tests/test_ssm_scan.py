@@ -80,7 +80,7 @@ def test_complex_cotangents_match_the_reference_vjp():
 
 
 def test_unit_rotations_follow_the_cumulative_phase_oracle():
-  """b = 0, |a| = 1 (the AUSSM construction's regime): exact phase at T = 1000 (spec Sec. 4)."""
+  """b = 0, |a| = 1 (the AUSSM construction's regime): exact phase at T = 1000."""
   theta = jax.random.uniform(jax.random.key(0), (2, 1000, 4), minval=-np.pi, maxval=np.pi)
   h0 = jnp.exp(1j * jnp.arange(4.0))[None].repeat(2, 0).astype(jnp.complex64)
   a = jnp.exp(1j * theta).astype(jnp.complex64)

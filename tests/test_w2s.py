@@ -122,8 +122,8 @@ def test_closed_form_moments_match_monte_carlo():
   assert float(exact) == pytest.approx(0.7 * float(majority) + 0.3 * float(minority), rel=1e-5)
 
 
-def test_teacher_moment_trace_matches_the_spec_closed_form():
-  """tr(M_t M_l^-1) = p_T + s (eta_t - eta_l)(1 - 2 eta_l) / (1 + eta_l (1 - eta_l) s) (spec Sec. 2.1)."""
+def test_teacher_moment_trace_matches_the_closed_form():
+  """tr(M_t M_l^-1) = p_T + s (eta_t - eta_l)(1 - 2 eta_l) / (1 + eta_l (1 - eta_l) s) (our derivation)."""
   design, s, p_t, eta_l = small_design(separation=8.0), 8.0, 3, 0.1
   for eta_t in (0.0, 0.1, 0.5, 1.0):
     trace = jnp.trace(
@@ -318,7 +318,7 @@ def test_regression_outside_the_ols_regime_is_refused(tmp_path):
   config = tiny_regression()
   config.regression.num_labelled = 10
   with pytest.raises(
-    ConfigError, match="config.regression.num_labelled: the Sec. 2.1 predictor needs n > d_T"
+    ConfigError, match="config.regression.num_labelled: the exact-moment predictor needs n > d_T"
   ):
     loop.run(config, str(tmp_path))
 

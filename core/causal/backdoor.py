@@ -1,10 +1,10 @@
 """Naive back-door baselines for the front-door setting: they adjust for C alone and ignore Z.
 
-Spec `shared/specs/frontdoor_hte.md` §6: with U confounding X and Y, adjusting for the observed C
-does not identify τ(C); the back-door learners below recover E[Y|X=1,C] − E[Y|X=0,C], which the
-main DGP makes negative while the causal effect is positive (Simpson-type paradox, §4). They share
-the front-door nuisance cache (`e1_denom` and `m_y` of `core.causal.nuisance.NuisanceCache`), so the
-comparison uses the same learners, folds and final stages.
+With U confounding X and Y, adjusting for the observed C does not identify τ(C); the back-door learners
+below recover E[Y|X=1,C] − E[Y|X=0,C], which the main DGP makes negative while the causal effect is
+positive (a Simpson-type paradox the author's DGP enforces). They share the front-door nuisance cache
+(`e1_denom` and `m_y` of `core.causal.nuisance.NuisanceCache`), so the comparison uses the same
+learners, folds and final stages.
 """
 
 import jax

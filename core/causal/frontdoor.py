@@ -1,15 +1,15 @@
 """Debiased front-door learners for heterogeneous effects: FD-PI, FD-DR and FD-R.
 
-Paper: Y. Jung, "Debiased Front-Door Learners for Heterogeneous Effects" (ICLR 2026, arXiv
-2509.22531). Claim: with X → Z → Y and U confounding X and Y, the conditional effect τ(C) is learned
-at a quasi-oracle rate by regressing a doubly robust pseudo-outcome (FD-DR, Thm 1) or by a
-two-stage R-learner τ = b·γ_g (FD-R, Thm 2-3); the plug-in is first-order biased. Spec:
-`shared/specs/frontdoor_hte.md`, whose formulas were checked against the author's FDCATE.py.
+Paper: Y. Jung, "Debiased Front-Door Learners for Heterogeneous Effects" (ICLR 2026, arXiv 2509.22531).
+Claim: with X → Z → Y and U confounding X and Y, the conditional effect τ(C) is learned at a
+quasi-oracle rate by regressing a doubly robust pseudo-outcome (FD-DR, Thm 1) or by a two-stage
+R-learner τ = b·γ_g (FD-R, Thm 2-3); the plug-in is first-order biased. The formulas below were checked
+against the author's code, github.com/yonghanjung/FD-CATE, file `FDCATE.py`.
 
-Map to the paper and spec:
-- `plugin_effect`: FD-PI, §1 (identification formula with binary Z).
-- `dr_pseudo_outcome`: φ_1 − φ_0 of §2 (Def. 2, Lemma 2), exactly as `tau_fd_dr_oof`.
-- `fit_b_stage`, `fit_g_direct`, `fit_g_ratio`, `pseudo_g`: §3 (Prop. 2, Thm 2, Lemma 3), as
+Map to the paper and the official code:
+- `plugin_effect`: FD-PI, the identification formula with binary Z.
+- `dr_pseudo_outcome`: FD-DR's φ_1 − φ_0 (Def. 2, Lemma 2), exactly as `tau_fd_dr_oof`.
+- `fit_b_stage`, `fit_g_direct`, `fit_g_ratio`, `pseudo_g`: FD-R (Prop. 2, Thm 2, Lemma 3), as
   `tau_fd_r_3way_oof_smoothed`.
 - `stabilise`: numerators clipped to [1e-6, 1 − 1e-6], denominators floored to [floor, 1 − floor].
 - `fold_assignment`, `fold_masks`, `three_way_roles`: 2-fold / K-fold and 3-way cross-fitting.
@@ -18,9 +18,9 @@ Map to the paper and spec:
   `predict_effect`, `bootstrap_fits`, `percentile_interval`: the pipeline.
 - `FrontDoorLearner`: the sklearn-style wrapper with input validation.
 - method "backdoor": the naive back-door DR-learner (`core.causal.backdoor`) on the same folds,
-  nuisances and final stage, as the baseline that adjusting for C alone gets wrong (§6).
+  nuisances and final stage, as the baseline that adjusting for C alone gets wrong.
 
-Choices where the spec is open:
+Choices where the paper is open:
 - Folds are balanced (sizes differ by at most one); the author's 3-fold split gives the remainder
   to the last fold.
 - FD-DR and FD-PI fit nuisances on the complement of each fold (2 folds: the other half, as the
@@ -68,7 +68,7 @@ _NUISANCE_LEARNERS = ("parametric", "mlp")
 class FrontDoorConfig:
   """Static settings of one front-door fit (hashable, so it is a static jit argument)."""
 
-  method: str = "dr"  # "dr" (§2), "r" (§3), "plugin" (§1) or the naive "backdoor" baseline.
+  method: str = "dr"  # "dr" (FD-DR), "r" (FD-R), "plugin" (FD-PI) or the naive "backdoor" baseline.
   final_stage: str = "linear"  # "linear" (author parity) or "rff" regression of the target on C.
   num_folds: int = 2  # Cross-fitting folds: ≥ 2 for "dr"/"plugin", exactly 3 for "r".
   floor: float = 0.05  # Denominators e and q(Z|X,C) are floored to [floor, 1 − floor].
@@ -131,7 +131,7 @@ def fold_masks(folds: jax.Array, num_folds: int) -> jax.Array:
 
 
 def three_way_roles(swap_average: bool = True) -> np.ndarray:
-  """(nuisance, stage, final) fold triples of §3's 3-way rotation, author's order.
+  """(nuisance, stage, final) fold triples of FD-R's 3-way rotation, author's order.
 
   Each fold is the final fold once, or twice with the nuisance and stage folds swapped.
   """
@@ -158,7 +158,7 @@ def fit_nuisances(
   c, x, z, y, weights, key, num_rff_features: int = 256, logistic_l2: float = 1e-3,
   learner: str = "parametric",
 ) -> NuisanceModels:  # fmt: skip
-  """Fits e, q, m_Z (classifiers on C) and m, m_Y (regressions per arm) on weighted rows (§1, §3).
+  """Fits e, q, m_Z (classifiers on C) and m, m_Y (regressions per arm) on weighted rows.
 
   `learner="parametric"`: logistic regressions and RFF ridges; `"mlp"`: small MLPs for all five
   (`nuisance.fit_mlp`). The four classifier and the four regression fits each run as one vmapped
@@ -228,7 +228,7 @@ def crossfit_nuisances(
 
 
 def stabilise(cache: nz.NuisanceCache, floor: float) -> nz.NuisanceCache:
-  """Clips numerator probabilities to [1e-6, 1 − 1e-6] and floors denominators (§2, README).
+  """Clips numerator probabilities to [1e-6, 1 − 1e-6] and floors denominators (as FD-CATE's code and README).
 
   The author floors only e and q(Z|X,C) where they divide (`cap01_denom`); flooring numerators would
   bias the orthogonal moment.
@@ -254,7 +254,7 @@ def _prob_of(p1: jax.Array, value: jax.Array) -> jax.Array:
 
 
 # ----------------------------------------------------------------------------------------------
-# FD-PI (§1) and FD-DR (§2).
+# FD-PI and FD-DR.
 # ----------------------------------------------------------------------------------------------
 
 
@@ -266,7 +266,7 @@ def plugin_effect(cache: nz.NuisanceCache) -> jax.Array:
 
 
 def dr_pseudo_outcome(cache: nz.NuisanceCache, x: jax.Array, z: jax.Array, y: jax.Array):
-  """ψ = φ_1 − φ_0, φ_x̄ = ξ_x̄(Y − m(Z,X,C)) + π_x̄(r_me(Z,C) − ν_meq(X,C)) + s_x̄(X,C) (§2).
+  """ψ = φ_1 − φ_0, φ_x̄ = ξ_x̄(Y − m(Z,X,C)) + π_x̄(r_me(Z,C) − ν_meq(X,C)) + s_x̄(X,C).
 
   Expects a `stabilise`d cache: `e1_denom` and `q1_denom` enter only π_x̄ and ξ_x̄ as denominators.
   """
@@ -291,7 +291,7 @@ def dr_pseudo_outcome(cache: nz.NuisanceCache, x: jax.Array, z: jax.Array, y: ja
 
 
 # ----------------------------------------------------------------------------------------------
-# FD-R (§3).
+# FD-R (Prop. 2, Thm 2, Lemma 3).
 # ----------------------------------------------------------------------------------------------
 
 
@@ -314,7 +314,7 @@ def _ratio_target(numerator, denominator, min_abs):
 
 
 def fit_b_stage(c, x, z, cache, weights, key, config: FrontDoorConfig):
-  """b-stage: min Σ (r_Z − r_X b(C))², as a regression of r_Z/r_X on C with weights r_X² (§3)."""
+  """b-stage: min Σ (r_Z − r_X b(C))², as a regression of r_Z/r_X on C with weights r_X²."""
   residual_x = x - cache.e1
   target, keep = _ratio_target(z - cache.m_z, residual_x, B_STAGE_MIN_RESIDUAL)
   return _fit_regressor(config.b_learner, c, target, weights * keep * residual_x**2, key, config)
@@ -333,12 +333,12 @@ def _g_design(standardizer: nz.Standardizer, x, c) -> jax.Array:
 
 
 def _g_residuals(x, z, y, cache):
-  """(r_Y, r_Z') = (Y − m_Y(X,C), Z − q(1|X,C)) of the g-stage (§3)."""
+  """(r_Y, r_Z') = (Y − m_Y(X,C), Z − q(1|X,C)) of the g-stage."""
   return y - _at_arm(cache.m_y, x), z - _at_arm(cache.q1, x)
 
 
 def fit_g_direct(c, x, z, y, cache, weights, config: FrontDoorConfig):
-  """g-stage `direct` solver: min Σ (r_Y − r_Z' φ(X,C)ᵀθ)² + α‖θ‖², α = 1e-4 (§3)."""
+  """g-stage `direct` solver: min Σ (r_Y − r_Z' φ(X,C)ᵀθ)² + α‖θ‖², α = 1e-4."""
   standardizer = nz.fit_standardizer(c, weights)
   residual_y, residual_z = _g_residuals(x, z, y, cache)
   design = residual_z[:, None] * _g_design(standardizer, x, c)
@@ -346,7 +346,7 @@ def fit_g_direct(c, x, z, y, cache, weights, config: FrontDoorConfig):
 
 
 def fit_g_ratio(c, x, z, y, cache, weights, key, config: FrontDoorConfig) -> nz.RFFParams:
-  """g-stage `ratio` solver: RFF regression of r_Y/r_Z' on (X, C) with weights r_Z'² (§3)."""
+  """g-stage `ratio` solver: RFF regression of r_Y/r_Z' on (X, C) with weights r_Z'²."""
   residual_y, residual_z = _g_residuals(x, z, y, cache)
   target, keep = _ratio_target(residual_y, residual_z, G_STAGE_MIN_RESIDUAL)
   features = jnp.concatenate([x[:, None], c], 1)
@@ -404,7 +404,7 @@ def _backdoor_pseudo_outcome(cache, x, z, y):
 
 
 def _pseudo_outcome_stages(pseudo_outcome, c, x, z, y, weights, masks, caches, key, config):
-  """Per-fold ψ from each fold's nuisances, then the final regression of ψ on C (FD-DR, §2)."""
+  """Per-fold ψ from each fold's nuisances, then the final regression of ψ on C (FD-DR)."""
   psi = jax.vmap(pseudo_outcome, (0, None, None, None))(caches, x, z, y)
   psi_oof = jnp.sum(masks * psi, 0)
   targets, final_weights = (
@@ -449,7 +449,7 @@ _STAGES = {
 
 @functools.partial(jax.jit, static_argnames=("config",))
 def fit_stages(c, x, z, y, weights, masks, caches, key, config: FrontDoorConfig, delta=0.0):
-  """Perturbs (§4, if delta > 0) and stabilises the caches, then runs the method's stages.
+  """Perturbs (if delta > 0) and stabilises the caches, then runs the method's stages.
 
   Returns (stages, tau_oof, target_oof, ate) as in `FrontDoorFit`.
   """
@@ -465,8 +465,8 @@ def fit_frontdoor(
   """Cross-fitted FD-PI/FD-DR/FD-R on rows weighted by `weights`; `folds` from `fold_assignment`.
 
   FD-DR and FD-PI fit nuisances on the complement of each fold and evaluate on the fold; FD-R fits
-  nuisances on one fold, b and g on another and the final stage on the third (§3). `delta` > 0
-  applies the §4 perturbation to the numerator nuisances. Pure: it vmaps over replications, keys
+  nuisances on one fold, b and g on another and the final stage on the third (FD-R). `delta` > 0
+  applies the author's perturbation to the numerator nuisances. Pure: it vmaps over replications, keys
   and `delta`, and vmaps over folds inside. It is two jitted programs (the nuisances, shared by
   every method with the same fold count, and the stages), so eager callers compile each once.
   """
@@ -650,7 +650,7 @@ class FrontDoorLearner:
     """Configures the learner.
 
     Args:
-      method: "dr" (FD-DR, §2), "r" (FD-R, §3), "plugin" (FD-PI, §1), or "backdoor": the naive
+      method: "dr" (FD-DR), "r" (FD-R), "plugin" (FD-PI), or "backdoor": the naive
         back-door DR-learner of X → Y given C (`core.causal.backdoor`), a baseline that is
         biased whenever U confounds X and Y.
       final_stage: "linear" (ridge on z-scored C, author parity) or "rff" (RFF ridge).
@@ -714,7 +714,7 @@ class FrontDoorLearner:
     return np.asarray(predict_effect(self._fitted(), self._query(C), self.config))
 
   def oof_effect(self) -> np.ndarray:
-    """Out-of-fold τ̂(C_i) on the training rows (the spec's RMSE is computed on these)."""
+    """Out-of-fold τ̂(C_i) on the training rows (the author's simulations compute RMSE on these)."""
     return np.asarray(self._fitted().tau_oof)
 
   def ate(self) -> float:

@@ -1,8 +1,9 @@
 """Weighted nuisance learners and the per-row nuisance cache of the front-door learners.
 
-Spec: `shared/specs/frontdoor_hte.md` §1 (the nuisances e, q, m, m_Y, m_Z), §6 (nuisances in JAX:
-logistic regression, random-Fourier-feature ridge with the median heuristic, a linear ridge on
-z-scored features) and §7 (what is hand-written).
+The nuisances are those of "Debiased Front-Door Learners for Heterogeneous Effects" (arXiv 2509.22531):
+e, q, m for FD-PI and FD-DR, and m_Y, m_Z for FD-R. Learners: logistic regression, a
+random-Fourier-feature ridge with the median heuristic, a linear ridge on z-scored features, and
+small MLPs; the author's code uses XGBoost.
 
 Every learner is a pair of pure functions, `fit_*(features, targets, weights, ...) -> params` and
 `predict_*(params, features)`. Rows enter only through `weights`: a zero weight excludes a row,
@@ -10,7 +11,7 @@ so a cross-fitting fold is a 0/1 mask and a bootstrap replicate is a positive we
 both vmap without ragged shapes. Fits assume at least one row has positive weight (and, for the
 logistic fit, that both classes do); input validation lives in the user-facing estimator.
 
-Choices where the spec is open:
+Choices where the paper is open:
 - Logistic regression is Newton's method (IRLS) with a fixed iteration count and a step chosen from
   {1, 1/2, 1/4, 1/8, 0} by the penalised loss, so it is monotone and jit-able. The L2 penalty is on
   the mean loss (1e-3 matches sklearn's C=1 at n=1000); the intercept is unpenalised.
@@ -71,9 +72,9 @@ class RFFParams(NamedTuple):
 
 
 class NuisanceCache(NamedTuple):
-  """The nuisances of §1 evaluated at each row (leading axes are free: folds, replications).
+  """The front-door nuisances evaluated at each row (leading axes are free: folds, replications).
 
-  `e1`, `q1` and `m` are the numerator copies, which the §4 perturbation degrades; `e1_denom` and
+  `e1`, `q1` and `m` are the numerator copies, which the author's perturbation degrades; `e1_denom` and
   `q1_denom` are the copies used in denominators (inverse propensity and density ratio), frozen
   before any perturbation as in the author's `nuisance_cache_on`.
   """
@@ -119,7 +120,7 @@ def fit_linear_ridge(
 ) -> LinearParams:
   """Weighted ridge on z-scored features, intercept unpenalised.
 
-  Parity with the author's final stage, sklearn `Ridge(alpha=1e-6)` on z-scored C (spec §2).
+  Parity with the author's final stage, sklearn `Ridge(alpha=1e-6)` on z-scored C (FDCATE.py).
   """
   standardizer = fit_standardizer(features, weights)
   scaled = standardize(standardizer, features)
@@ -140,7 +141,7 @@ def fit_logistic(
   l2: float = 1e-3,
   num_iters: int = 25,
 ) -> LinearParams:
-  """L2-penalised weighted logistic regression by damped Newton steps (for e, q and m_Z, §6)."""
+  """L2-penalised weighted logistic regression by damped Newton steps (for e, q and m_Z)."""
   standardizer = fit_standardizer(features, weights)
   design = jnp.concatenate(
     [jnp.ones_like(targets)[:, None], standardize(standardizer, features)], 1
@@ -224,7 +225,7 @@ def fit_rff_ridge(
   num_features: int = 256,
   l2_grid: tuple[float, ...] = RFF_L2_GRID,
 ) -> RFFParams:
-  """Random-Fourier-feature ridge, Gaussian kernel with median-heuristic bandwidth (§6)."""
+  """Random-Fourier-feature ridge, Gaussian kernel with median-heuristic bandwidth."""
   standardizer = fit_standardizer(features, weights)
   scaled = standardize(standardizer, features)
   gaussians = jax.random.normal(key, (features.shape[1] + 1, num_features))

@@ -1,8 +1,9 @@
 """Front-door simulation DGPs with known τ(C), their oracle nuisances, and nuisance perturbation.
 
-Spec: `shared/specs/frontdoor_hte.md` §4, verified against the author's `simulate_fd_data_md` and
-`simulate_fd_data_weak_overlap` (yonghanjung/FD-CATE) and the Sim-5 mediator confounding of fd-cate
-0.1.1. Both DGPs share one structural form (U ~ N(0, 1) unobserved):
+The simulations of "Debiased Front-Door Learners for Heterogeneous Effects" (arXiv 2509.22531), as the
+author's `simulate_fd_data_md` and `simulate_fd_data_weak_overlap` write them (FDCATE.py of
+github.com/yonghanjung/FD-CATE), and the Sim-5 mediator confounding of fd-cate 0.1.1. Both DGPs share
+one structural form (U ~ N(0, 1) unobserved):
 
   X ~ Bern(σ(κ_e (β0 + β_c·C + β_u U)))
   Z ~ Bern(σ(s_q (α0 + α_c·C + α_x X) + α_u U))
@@ -15,12 +16,12 @@ Spec: `shared/specs/frontdoor_hte.md` §4, verified against the author's `simula
 - `simulate_weak_overlap`: κ_e scales the treatment logit, s_q = −κ_q, (0.2, 1.2, 1.0),
   (0.1, 0.8, 1.2), (1, 1, 1).
 
-Choices where the spec is open:
+Choices where the paper is open:
 - `tau` is the CATE E[Y(1) − Y(0) | C] = θ_z E_U[σ(ℓ_Z(1, C, U)) − σ(ℓ_Z(0, C, U))], integrated
   over U by Gauss–Hermite quadrature. For α_u = 0 it is the author's θ_z·{q(1|1,C) − q(1|0,C)};
   for α_u > 0 the author's v0.1.1 reports the same expression at each unit's own U instead.
 - Oracle nuisances integrate U against its posterior given the conditioning set, by quadrature.
-- The §4 perturbation follows the author's code: only the numerator copies of e, q and m are
+- The nuisance-rate perturbation follows the author's code: only the numerator copies of e, q and m are
   perturbed (m_Y, m_Z and the denominator copies are not), each entry with its own draw.
 """
 
@@ -137,7 +138,7 @@ def _simulate(key: jax.Array, coefs: _Coefficients, simpson, n: int, d: int) -> 
 
 
 def simulate_main(key: jax.Array, n: int, d: int = 10, alpha_u: float = 0.0) -> FrontDoorSample:
-  """The main DGP of §4 (`simulate_fd_data_md`), with the Simpson-paradox θ_u rescale."""
+  """The author's main DGP (`simulate_fd_data_md`), with the Simpson-paradox θ_u rescale."""
   coefs = _Coefficients(0.1, 0.7, 0.7, 1.0, 0.1, 0.7, 1.2, alpha_u, 1.0, 0.7, 1.4, -2.4)
   return _simulate(key, coefs, True, n, d)
 
@@ -145,7 +146,7 @@ def simulate_main(key: jax.Array, n: int, d: int = 10, alpha_u: float = 0.0) -> 
 def simulate_weak_overlap(
   key: jax.Array, n: int, d: int = 10, kappa_e: float = 4.0, kappa_q: float = 1.0
 ) -> FrontDoorSample:
-  """The weak-overlap DGP of §4 (`simulate_fd_data_weak_overlap`); larger κ means less overlap."""
+  """The author's weak-overlap DGP (`simulate_fd_data_weak_overlap`); larger κ means less overlap."""
   coefs = _Coefficients(0.2, 1.2, 1.0, kappa_e, 0.1, 0.8, 1.2, 0.0, -kappa_q, 1.0, 1.0, 1.0)
   return _simulate(key, coefs, False, n, d)
 
@@ -171,7 +172,7 @@ def _posterior_mean(values: jax.Array, weights: jax.Array) -> jax.Array:
 
 @jax.jit
 def oracle_nuisances(params: DGPParams, c: jax.Array) -> NuisanceCache:
-  """The true e, q, m, m_Y and m_Z of §1 at each row of `c`."""
+  """The true e, q, m, m_Y and m_Z at each row of `c`."""
   nodes, prior = _standard_normal_quadrature()
   arms = jnp.arange(2.0)[None, :, None]
   px1 = jax.nn.sigmoid(treatment_logit(params, c[:, None, :], nodes))  # (n, G)
@@ -195,7 +196,7 @@ def oracle_nuisances(params: DGPParams, c: jax.Array) -> NuisanceCache:
 def perturb_nuisances(
   cache: NuisanceCache, key: jax.Array, delta: jax.Array | float, n: int
 ) -> NuisanceCache:
-  """The §4 nuisance-rate stress: p ← clip(p + δε), μ ← μ + δε, ε ~ N(n^{-1/4}, var n^{-1/4}).
+  """The author's nuisance-rate stress: p ← clip(p + δε), μ ← μ + δε, ε ~ N(n^{-1/4}, var n^{-1/4}).
 
   Only the numerator copies `e1`, `q1` and `m` change (author's `shrink_prob`/`shrink_regression`
   in `nuisance_cache_on`); probabilities are clipped to [1e-6, 1 − 1e-6]. Shapes are free. The

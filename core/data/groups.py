@@ -1,6 +1,7 @@
 """Finite groups as Cayley tables, their subgroup series, and group state-tracking data.
 
-Spec `dcd_ssm.md` Sec. 1, 2, 6 ("The Expressive Limits of Diagonal SSMs for State-Tracking", ICLR 2026).
+For "The Expressive Limits of Diagonal SSMs for State-Tracking" (ICLR 2026, arXiv 2603.01959): its task
+and the subnormal series of its Thm 2.
 
 A `FiniteGroup` is a Cayley table `table[a, b] = a * b` over element indices `0..n-1` with the identity
 at index 0. Constructors: `cyclic`, `direct_product`, `symmetric`, `alternating`, `dihedral`,
@@ -8,12 +9,12 @@ at index 0. Constructors: `cyclic`, `direct_product`, `symmetric`, `alternating`
 Permutations compose right to left: `(a * b)(i) = a(b(i))`. `D<n>` is the dihedral group of the n-gon,
 of order 2n (so D4 has order 8).
 
-State tracking (spec Sec. 1): inputs `x_1..x_T` uniform on G, the label at every position is the prefix
+State tracking (the paper's task): inputs `x_1..x_T` uniform on G, the label at every position is the prefix
 product `p_t = p_{t-1} * x_t` (`p_0 = e`), so for non-Abelian groups the order of the product matters.
 Data are pure functions of their seeds: a training batch of step `s` is drawn from
 `np.random.default_rng([seed, 0, s])`, an evaluation set of length `L` from `[seed, 1, L]`.
 
-Series (spec Sec. 2): subgroups are frozensets of element indices; a series is listed bottom-up,
+Series (Thm 1, 2): subgroups are frozensets of element indices; a series is listed bottom-up,
 `(G_0 = {e}, G_1, ..., G_k = G)` with `G_{i-1}` normal in `G_i`. `derived_series` gives the shortest
 series with Abelian factors (its length is the derived length, the depth Thm 2 needs);
 `elementary_abelian_series(group, 2)` gives factors that are products of Z2 (what Negative Mamba's
@@ -247,7 +248,7 @@ def by_name(name: str) -> FiniteGroup:
 
 
 # ---------------------------------------------------------------------------------------------------
-# Quotients, Abelian decomposition and series (spec Sec. 2)
+# Quotients, Abelian decomposition and series (Thm 1, 2)
 # ---------------------------------------------------------------------------------------------------
 
 
@@ -288,8 +289,8 @@ def cyclic_decomposition(group: FiniteGroup) -> tuple[tuple[int, ...], np.ndarra
 
   Returns:
     orders: `(n_1, ..., n_r)`, and coordinates: `[|G|, r]` ints with `g = prod_j g_j^{coords[g, j]}`;
-    `g -> coords[g, j] mod n_j` is a homomorphism onto `Z_{n_j}` (the character exponents of spec
-    Sec. 2, Thm 1 sufficiency).
+    `g -> coords[g, j] mod n_j` is a homomorphism onto `Z_{n_j}` (the character exponents of
+    Thm 1's construction for Abelian groups).
   """
   if not group.is_abelian():
     raise ValueError(f"group {group.name} is not Abelian")
@@ -383,7 +384,7 @@ def check_series(group: FiniteGroup, series: Sequence[Subgroup]) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------
-# State-tracking data (spec Sec. 1, 6)
+# State-tracking data
 # ---------------------------------------------------------------------------------------------------
 
 

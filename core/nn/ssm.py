@@ -1,12 +1,13 @@
 """Input-dependent complex-valued diagonal (DCD) state-space layers and the GRU baseline.
 
 Paper: "The Expressive Limits of Diagonal SSMs for State-Tracking" (Shakerinava, Khavari, Ravanbakhsh,
-Chandar; ICLR 2026); spec `dcd_ssm.md`. A DCD layer (spec Sec. 1) is
+Chandar; ICLR 2026; arXiv 2603.01959). A DCD layer is
 
     h_t = diag(lambda(u_t)) h_{t-1} + b(u_t),     h_t in C^{d_state},
 
 run by `kernels.ssm_scan.ssm_scan`, followed by a position-wise decoder. The eigenvalue
-parameterisations are the rows of the spec's Sec. 3 table, with `Delta(u) = softplus(W_Delta u + c)`:
+parameterisations are the rows of the paper's table of SSM variants, with
+`Delta(u) = softplus(W_Delta u + c)`:
 
     "s4d"           lambda = exp(Delta * Lambda), Delta, Lambda = -exp(l) + i w learned but input-independent
                     (S4D-Lin init): time-invariant, anywhere in the unit disc.
@@ -15,18 +16,19 @@ parameterisations are the rows of the spec's Sec. 3 table, with `Delta(u) = soft
     "aussm"         lambda = exp(i Delta(u) * Lambda(u)), Lambda(u) = W_Lambda u + c: the unit circle.
     "simple_aussm"  lambda = exp(i theta(u)), theta(u) = W_theta u + c: the angle read directly from the
                     input without the Delta gate. The paper's definition of "Simple AUSSM" was not
-                    recovered (spec Sec. 3); this is our reading, used as an ablation.
+                    recovered from the sources we could read; this is our reading, used as an ablation.
 
-Choices where the paper is open (spec Sec. 1, 3, 9):
+Choices where the paper is open:
 * `b(u) = W_b u + c_b` is complex and the same for every parameterisation, so the kinds differ only in
   their eigenvalues, which is what the theorems are about. Mamba's own `Delta * B(u) * u` input scaling
   is not used. `W_b` and `c_b` start at zero, so a unit-modulus scan starts on its circle (the
   regime of the constructions); training grows `b` where it helps.
 * The initial state `h0` is a learned complex vector per layer (initialised to 1): with `b = 0` a
-  unit-modulus scan needs a non-zero start (spec Sec. 3, "AUSSM practicalities").
+  unit-modulus scan needs a non-zero start, else the state stays at 0.
 * `Delta` is per state coordinate (one coordinate = one complex eigenvalue), Mamba's `dt` init
   (log-uniform in [1e-3, 1e-1]) and S4D-real `Lambda = -(1..d)` for the Mamba kinds.
-* A `k`-layer stack gives every layer a residual copy of the input embedding (spec Sec. 9):
+* A `k`-layer stack gives every layer a residual copy of the input embedding (layer `l + 1`
+  needs `x_t` itself, not only layer `l`'s output, for the cascade of Thm 2):
   `u^1 = e`, `u^{l+1} = dec_l(h^l, u^l) + e`, logits = `Dense(u^{k+1})`. The decoder is
   `Dense(relu(Dense([Re h, Im h, u])))`, pointwise, so only the scan carries information across time.
 * The GRU baseline replaces the scan by a GRU with `2 * d_state` real units (the real size of the
@@ -78,7 +80,7 @@ def _h0_init(key, shape, dtype=jnp.float32):
 
 
 class DCDLayer(nn.Module):
-  """`u [B, T, d_in] -> h [B, T, d_state]` (complex64): one DCD recurrence (spec Sec. 1, 3).
+  """`u [B, T, d_in] -> h [B, T, d_state]` (complex64): one DCD recurrence.
 
   Attributes:
     d_state: number of complex state coordinates.
@@ -111,7 +113,7 @@ class DCDLayer(nn.Module):
     self.h0 = self.param("h0", _h0_init, (2, d))
 
   def eigenvalues(self, u: jax.Array) -> jax.Array:
-    """`lambda(u_t)`, `[B, T, d_state]` complex64 (spec Sec. 3 table)."""
+    """`lambda(u_t)`, `[B, T, d_state]` complex64 (the paper's table of variants)."""
     kind = self.kind
     if kind == "s4d":
       rate = jnp.exp(self.log_dt) * (-jnp.exp(self.log_neg_real) + 1j * self.imag)

@@ -46,8 +46,8 @@ report, figures); the splits are built in `core/data/spurious_splits.py`.
 
 Choices where the paper is open (each a config field):
 * Excess risks are exact expectations over x (`core.w2s.excess_risk`), not a 20k-point test set.
-* The "Sec. 2.1" predictor of the metric names, messages and figures is our exact-moment derivation
-  (`core.w2s.predicted_*`, derived in `core/w2s.py`), not a section of the paper.
+* The exact-moment predictor (the `*_pred` metrics, figures) is our own derivation
+  (`core.w2s.predicted_*`, derived in `core/w2s.py`), not the paper's asymptotic formula.
 * D(eta) for regression draws g ~ Bernoulli(eta); the classification sets hold exactly round(eta num)
   minority points; E2 and digit test sets are group-balanced; tfds test sets are balanced by subsampling.
 * Average accuracy is the mean of the four (y, a) group accuracies (= plain accuracy when balanced).
@@ -143,7 +143,7 @@ def _validate_regression(config) -> None:
   require(
     r.num_labelled > d_t + 1,
     "regression.num_labelled",
-    f"the Sec. 2.1 predictor needs n > d_T + 1 = {d_t + 1} (OLS regime), got {r.num_labelled}",
+    f"the exact-moment predictor needs n > d_T + 1 = {d_t + 1} (OLS regime), got {r.num_labelled}",
   )
   require(
     r.num_unlabelled > d_s + 1,

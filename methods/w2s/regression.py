@@ -9,7 +9,7 @@ One run covers the whole grid separation s x similarity ||Xi||_F^2 x eta_l x eta
 replicated over `config.num_seeds` seeds (an array axis; the labelled and unlabelled draws of a seed
 are shared across the grid: common random numbers). eta_t only changes evaluation and takes the values
 `ETA_T_LABELS`. Results are exact population risks (`core.w2s.excess_risk`), with the exact-moment
-prediction (`core.w2s.predicted_*`, the "Sec. 2.1" predictor of the metric names) and Thm 1 / Thm 2
+prediction (`core.w2s.predicted_*`, the `*_pred` metrics) and Thm 1 / Thm 2
 as relayed (`core.w2s.relayed_*`).
 """
 

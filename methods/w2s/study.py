@@ -142,7 +142,7 @@ def e1_notes(curves) -> str:
   """A Markdown table per E1 curve: matched gain (mean ± std over seeds), fit and failures (units of
   c d_z)."""
   header = (
-    "| s | xi2 | eta_l | G matched (sim) | G matched (Sec. 2.1) | G matched (relayed) | fit b | R^2 "
+    "| s | xi2 | eta_l | G matched (sim) | G matched (exact-moment) | G matched (relayed) | fit b | R^2 "
     "| min G (sim) | eta_u with G<0 |"
   )
   lines = ["E1, eta_t = eta_l, gains in units of c d_z:", "", header, "|" + "---|" * 10]
@@ -271,7 +271,7 @@ def _prediction_figure(curves):
   relayed = np.concatenate([c["gain_relayed"] for c in curves])
   fig, axes = figure_grid(1, 2, figsize=(9, 4))
   for ax, theory, name in (
-    (axes[0, 0], pred, "Sec. 2.1 exact-moment"),
+    (axes[0, 0], pred, "exact-moment"),
     (axes[0, 1], relayed, "relayed Thm 1-2"),
   ):
     ax.scatter(theory, sim, s=5)
@@ -308,7 +308,7 @@ def _failure_figure(config, curves):
       ax.set_xlabel("eta_u")
       ax.set_ylabel("eta_l")
   fig.suptitle(
-    "simulated gain; x: Sec. 2.1 predicts G < 0; o: relayed formula predicts G < 0", fontsize=9
+    "simulated gain; x: exact-moment predicts G < 0; o: relayed formula predicts G < 0", fontsize=9
   )
   fig.tight_layout()
   return fig
