@@ -27,6 +27,7 @@ setuptools.setup(
     "gymnax>=1.0.1,<1.1",  # jittable, vmappable CartPole/Acrobot for the RL methods
     "safetensors>=0.4",  # reads converted Latte checkpoints (bwcache's gpu variant)
     "dm-pix>=0.4.5",  # PSNR and SSIM of generated images and videos
+    "rlax>=0.1.8",  # the clipped surrogate of PPO
   ],
   extras_require={
     "test": ["pytest>=8", "scipy>=1.11"],

@@ -23,6 +23,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import optax
+import rlax
 
 ENVIRONMENTS = ("CartPole-v1", "Acrobot-v1")
 
@@ -285,6 +286,11 @@ def gae(
   `delta_t = r_t + gamma (1 - terminated_t) V(s'_t) - V(s_t)` with `V(s'_t)` at the true next state
   (so a time-limit truncation bootstraps), and `A_t = delta_t + gamma lam (1 - done_t) A_{t+1}`: the
   trace is cut at every episode end. Returns `(advantages, value targets = advantages + values)`.
+
+  Not rlax's `truncated_generalized_advantage_estimation`: it bootstraps from `values[t + 1]`, the next
+  state of the sequence, which with auto-resetting environments is the reset state at an episode's
+  end, so a time-limit truncation would bootstrap from the wrong state. Without truncations the two
+  agree (tests/test_kernel_ppo.py checks it).
   """
   if not rewards.shape == values.shape == next_values.shape == terminated.shape == done.shape:
     raise ValueError(
@@ -313,11 +319,11 @@ def ppo_clip_loss(
   advantages: jax.Array,
   clip: float,
 ) -> jax.Array:
-  """The clipped surrogate `-E[min(rho A, clip(rho, 1-eps, 1+eps) A)]` (Schulman et al. 2017)."""
+  """The clipped surrogate `-E[min(rho A, clip(rho, 1-eps, 1+eps) A)]` (Schulman et al. 2017, Eq. 7),
+  rlax's `clipped_surrogate_pg_loss` on the probability ratios of `actions`."""
   log_probs = jnp.take_along_axis(jax.nn.log_softmax(logits), actions[..., None], -1)[..., 0]
   ratio = jnp.exp(log_probs - old_log_probs)
-  clipped = jnp.clip(ratio, 1.0 - clip, 1.0 + clip)
-  return -jnp.mean(jnp.minimum(ratio * advantages, clipped * advantages))
+  return rlax.clipped_surrogate_pg_loss(ratio.reshape(-1), advantages.reshape(-1), clip)
 
 
 def npg_joint_loss(

@@ -277,6 +277,39 @@ def test_gae_matches_a_numpy_reference():
     rl.gae(rewards, values[:-1], next_values, terminated, done, 0.99, 0.95)
 
 
+def test_gae_equals_rlax_where_no_episode_is_truncated():
+  import rlax
+
+  rng = np.random.default_rng(5)
+  rewards = rng.normal(size=29).astype(np.float32)
+  values = rng.normal(size=30).astype(np.float32)  # V(s_0..s_T): next state = next in sequence
+  terminated = rng.random(29) < 0.15
+  advantages, _ = rl.gae(rewards, values[:-1], values[1:], terminated, terminated, 0.99, 0.9)
+  discounts = 0.99 * (1.0 - terminated.astype(np.float32))
+  expected = rlax.truncated_generalized_advantage_estimation(rewards, discounts, 0.9, values)
+  np.testing.assert_allclose(advantages, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_ppo_clip_loss_is_the_clipped_surrogate():
+  rng = np.random.default_rng(6)
+  logits = jnp.asarray(rng.normal(size=(4, 9, 3)), jnp.float32)
+  actions = jnp.asarray(rng.integers(0, 3, size=(4, 9)))
+  old_log_probs = jnp.asarray(rng.normal(size=(4, 9)) * 0.3 - 1.1, jnp.float32)
+  advantages = jnp.asarray(rng.normal(size=(4, 9)), jnp.float32)
+
+  def by_hand(logits):
+    log_probs = jnp.take_along_axis(jax.nn.log_softmax(logits), actions[..., None], -1)[..., 0]
+    ratio = jnp.exp(log_probs - old_log_probs)
+    clipped = jnp.clip(ratio, 0.8, 1.2)
+    return -jnp.mean(jnp.minimum(ratio * advantages, clipped * advantages))
+
+  loss = lambda logits: rl.ppo_clip_loss(logits, old_log_probs, actions, advantages, 0.2)
+  np.testing.assert_allclose(loss(logits), by_hand(logits), rtol=1e-6)
+  np.testing.assert_allclose(
+    jax.grad(loss)(logits), jax.grad(by_hand)(logits), rtol=1e-5, atol=1e-7
+  )
+
+
 def test_step_size_and_sampling_schedules():
   ks = jnp.arange(1, 5)
   np.testing.assert_allclose(rl.npg_step_size(ks, -0.5), [1.0, 2**-0.5, 3**-0.5, 0.5], rtol=1e-6)
