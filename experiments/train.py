@@ -11,6 +11,12 @@ A multi-process job (one process per host, or several on one machine):
 
 Running the same command on an unfinished workdir resumes from its latest checkpoint. SIGTERM saves a
 checkpoint at the current step and exits 0 (preemption); the next launch resumes.
+
+Before spending pod time, lower every phase for the target without running anything
+(`experiments/lowering.py`; one line per program, exit status 1 if any fails):
+
+  python experiments/train.py --config=configs/quant_diffusion.py:tpu_pod \
+    --config.data.data_dir=/data/tfds --lower_only=tpu --lower_devices=256
 """
 
 from __future__ import annotations
@@ -38,6 +44,16 @@ _DISTRIBUTED = flags.DEFINE_bool(
   "distributed",
   False,
   "Join a multi-process job from the cluster's environment (TPU pod, SLURM, ...).",
+)
+_LOWER_ONLY = flags.DEFINE_list(
+  "lower_only",
+  None,
+  "Lower every phase's init and step for these platforms (cuda, tpu) and report; runs nothing.",
+)
+_LOWER_DEVICES = flags.DEFINE_integer(
+  "lower_devices",
+  None,
+  "With --lower_only: lay config.mesh over this many abstract devices (default: this machine's).",
 )
 flags.mark_flags_as_required(["config"])
 
@@ -67,6 +83,10 @@ def main(argv):
   from experiments import loop, runtime  # after flag parsing, so --help stays fast
 
   runtime.setup()
+  if _LOWER_ONLY.value:
+    from experiments import lowering
+
+    return lowering.main(_CONFIG.value, _LOWER_ONLY.value, _LOWER_DEVICES.value)
   initialize_distributed()
   config = _CONFIG.value
   workdir = _WORKDIR.value or default_workdir(config)

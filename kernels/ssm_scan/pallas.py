@@ -1,20 +1,34 @@
-"""Pallas kernel for the diagonal linear recurrence `h_t = a_t * h_{t-1} + b_t` (spec Sec. 8).
+"""Pallas kernel for the diagonal linear recurrence `h_t = a_t * h_{t-1} + b_t` (`core/nn/ssm.py`).
 
-Layout. Inputs `[batch, time, dim]` are padded to whole blocks: `dim` to `BlockSizes.dim` lanes (a
-single block when `dim` fits, as TPU allows a block equal to the full axis), `time` to whole chunks of
-`BlockSizes.time` steps with `a = 1, b = 0` (a padded step leaves the carry unchanged, so padding is
-harmless in both directions). Complex inputs travel as separate real and imaginary float32 planes and
-the kernel does the 4-multiply complex FMA itself: Mosaic (TPU) and Triton (GPU) lowerings take no
-complex dtypes.
+Which kernel runs follows the platform the program is lowered for, not the machine that traces it
+(`lax.platform_dependent`): a program compiled or exported for TPU gets the Mosaic TPU kernel, one for
+GPU the Triton kernel, one for CPU the Pallas interpreter. `interpret=True` forces the interpreter
+everywhere, `interpret=False` the compiled kernels (lowering those for CPU fails). Under a context
+mesh (`jax.set_mesh`) a compiled kernel runs per device, the batch split over the mesh
+(`kernels/partitioning.py`): XLA cannot partition a Pallas call itself.
 
-Two schedules of the same chunk loop:
-* `carry_in_grid=True` (TPU, and interpret mode on CPU): grid `(batch, dim blocks, time chunks)` with
-  the time axis last and "arbitrary" (sequential); the carry lives in a VMEM scratch buffer that
-  persists across the time-chunk grid steps and is reset from `h0` on the first chunk.
-* `carry_in_grid=False` (GPU): grid `(batch, dim blocks)`, because Triton runs grid programs
-  concurrently; each program walks its chunks in a `fori_loop` with the carry held in registers.
-Within a chunk a `fori_loop` over its steps reads one row of `a`, `b`, updates the carry and writes one
-row of `h`; `reverse=True` visits chunks and rows from the end (reversed `index_map`).
+Layout. Complex inputs travel as separate real and imaginary float32 planes and the kernel does the
+4-multiply complex FMA itself: Mosaic and Triton take no complex dtypes. Padded steps have `a = 1,
+b = 0` (they keep the carry, so padding is harmless in both directions); padded lanes are sliced off.
+
+Schedules and block sizes, per backend:
+* TPU, Mosaic TPU (also the interpreter's default; `carry_in_grid=True`): grid `(batch, dim blocks,
+  time chunks)` with the time axis last and "arbitrary" (sequential); the carry lives in a VMEM
+  scratch row that persists across the time-chunk steps and is reset from `h0` on the first chunk.
+  Blocks are `(1, chunk, lanes)`: `chunk` = `BlockSizes.time` (128) or T rounded up to 8, `lanes` =
+  the whole `dim` when it fits `BlockSizes.dim` (a block may equal the full axis) else 128-lane
+  blocks, so the last two block dims meet TPU's (8, 128) tiling for every shape. VMEM per step:
+  2 buffers x 3 arrays x 2 planes x 128 x 128 x 4 B = 768 KiB (complex), far under the 16 MiB default.
+* GPU, Triton (`carry_in_grid=False`): grid `(batch, dim blocks)`, because GPU programs run
+  concurrently; each program walks all T rows in one `fori_loop` with the carry in registers. A
+  Triton ref is a pointer into global memory: each step loads one `(1, lanes)` row of `a` and `b` and
+  stores one of `h`, nothing is staged in shared memory, so any T fits (Mosaic GPU, which copies
+  whole blocks into the 227 KiB of shared memory of an H100/H200, would need a pipeline over time
+  chunks; at T = 256, dim = 128 the whole-axis blocks already need 385 KiB). Triton arrays must have
+  power-of-two sizes: `lanes` is `dim` rounded up to a power of two, at most `BlockSizes.dim`; time
+  is not padded. One warp per 32 lanes (at most 4).
+Within a chunk (TPU) or the whole axis (GPU) a loop reads one row of `a`, `b`, updates the carry and
+writes one row of `h`; `reverse=True` visits chunks and rows from the end (reversed `index_map`).
 
 Backward (`jax.custom_vjp`). JAX's cotangents of a holomorphic map are the plain transpose of its JVP,
 so for the forward recurrence with output cotangents `g`:
@@ -33,6 +47,9 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
+from jax.experimental.pallas import triton as pltriton
+
+from kernels import partitioning
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,8 +78,8 @@ def _complex_fma(a, h, b):
   return (ar * hr - ai * hi + br, ar * hi + ai * hr + bi)
 
 
-def _scan_chunk(a_refs, b_refs, h_refs, carry, *, start, steps, reverse):
-  """Runs `steps` rows of one chunk beginning at row `start` of the refs; returns the new carry."""
+def _scan_rows(a_refs, b_refs, h_refs, carry, *, start, steps, reverse):
+  """Runs `steps` rows beginning at row `start` of the refs; returns the new carry."""
 
   def body(i, carry):
     row = start + (steps - 1 - i if reverse else i)
@@ -87,23 +104,17 @@ def _grid_carry_kernel(*refs, planes, chunk, reverse):
       carry_ref[...] = h0_ref[0]
 
   carry = tuple(r[...] for r in carry_refs)
-  carry = _scan_chunk(a_refs, b_refs, h_refs, carry, start=0, steps=chunk, reverse=reverse)
+  carry = _scan_rows(a_refs, b_refs, h_refs, carry, start=0, steps=chunk, reverse=reverse)
   for carry_ref, value in zip(carry_refs, carry, strict=True):
     carry_ref[...] = value
 
 
-def _looped_kernel(*refs, planes, chunk, num_chunks, reverse):
-  """One (batch, dim block) program walking every time chunk itself (GPU schedule)."""
+def _looped_kernel(*refs, planes, time, reverse):
+  """One (batch, dim block) program walking every time step itself (GPU schedule)."""
   a_refs, b_refs, h0_refs = refs[:planes], refs[planes : 2 * planes], refs[2 * planes : 3 * planes]
   h_refs = refs[3 * planes :]
-
-  def over_chunks(c, carry):
-    index = num_chunks - 1 - c if reverse else c
-    start = pl.multiple_of(index * chunk, chunk)
-    return _scan_chunk(a_refs, b_refs, h_refs, carry, start=start, steps=chunk, reverse=reverse)
-
   carry = tuple(r[0] for r in h0_refs)
-  jax.lax.fori_loop(0, num_chunks, over_chunks, carry)
+  _scan_rows(a_refs, b_refs, h_refs, carry, start=0, steps=time, reverse=reverse)
 
 
 def _pad(x, time: int, dim: int, value: float):
@@ -118,70 +129,79 @@ def _planes(x) -> tuple[jax.Array, ...]:
 
 
 @dataclasses.dataclass(frozen=True)
-class _Layout:
-  """Chunking and padding of one call: `chunk` steps per chunk, `num_chunks` visited chunks."""
+class Layout:
+  """Blocks of one call: `chunk` steps per time block, `lanes` per dim block, padded extents."""
 
   chunk: int
-  num_chunks: int
   padded_time: int
-  block_dim: int
+  lanes: int
   padded_dim: int
 
-
-def _layout(time: int, dim: int, block_sizes: BlockSizes, carry_in_grid: bool) -> _Layout:
-  if carry_in_grid:  # TPU: blocks of (multiple of 8, multiple of 128 or the full dim)
-    chunk = min(block_sizes.time, _round_up(time, 8))
-    block_dim = dim if dim <= block_sizes.dim else block_sizes.dim
-  else:  # GPU: the whole (power-of-two padded) time axis is one block; chunks never visited are padding
-    chunk = min(block_sizes.time, max(8, pl.next_power_of_2(time)))
-    block_dim = block_sizes.dim
-  num_chunks = -(-time // chunk)
-  padded_chunks = num_chunks if carry_in_grid else pl.next_power_of_2(num_chunks)
-  return _Layout(chunk, num_chunks, chunk * padded_chunks, block_dim, _round_up(dim, block_dim))
+  @property
+  def num_chunks(self) -> int:
+    return self.padded_time // self.chunk
 
 
-def _grid_carry_call(layout: _Layout, batch: int, planes: int, reverse: bool, interpret: bool):
+def tpu_layout(time: int, dim: int, block_sizes: BlockSizes = BlockSizes()) -> Layout:
+  """(multiple of 8, multiple of 128 or the full dim) blocks; time padded to whole chunks."""
+  chunk = min(block_sizes.time, _round_up(time, 8))
+  lanes = dim if dim <= block_sizes.dim else block_sizes.dim
+  return Layout(chunk, _round_up(time, chunk), lanes, _round_up(dim, lanes))
+
+
+def gpu_layout(time: int, dim: int, block_sizes: BlockSizes = BlockSizes()) -> Layout:
+  """One block over the whole time axis (never loaded whole); power-of-two lanes."""
+  lanes = min(block_sizes.dim, pl.next_power_of_2(dim))
+  return Layout(time, time, lanes, _round_up(dim, lanes))
+
+
+def _grid_carry_call(layout: Layout, batch: int, planes: int, reverse: bool, interpret: bool):
   last = layout.num_chunks - 1
 
   def time_block(i, j, c):
     return (i, last - c if reverse else c, j)
 
-  seq_spec = pl.BlockSpec((1, layout.chunk, layout.block_dim), time_block)
-  h0_spec = pl.BlockSpec((1, 1, layout.block_dim), lambda i, j, c: (i, 0, j))
+  seq_spec = pl.BlockSpec((1, layout.chunk, layout.lanes), time_block)
+  h0_spec = pl.BlockSpec((1, 1, layout.lanes), lambda i, j, c: (i, 0, j))
   shape = (batch, layout.padded_time, layout.padded_dim)
   return pl.pallas_call(
     functools.partial(_grid_carry_kernel, planes=planes, chunk=layout.chunk, reverse=reverse),
     out_shape=[jax.ShapeDtypeStruct(shape, jnp.float32)] * planes,
-    grid=(batch, layout.padded_dim // layout.block_dim, layout.num_chunks),
+    grid=(batch, layout.padded_dim // layout.lanes, layout.num_chunks),
     in_specs=[seq_spec] * (2 * planes) + [h0_spec] * planes,
     out_specs=[seq_spec] * planes,
-    scratch_shapes=[pltpu.VMEM((1, layout.block_dim), jnp.float32)] * planes,
+    scratch_shapes=[pltpu.VMEM((1, layout.lanes), jnp.float32)] * planes,
     compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "arbitrary")),
     interpret=interpret,
+    name="ssm_scan_tpu",
   )
 
 
-def _looped_call(layout: _Layout, batch: int, planes: int, reverse: bool, interpret: bool):
-  seq_spec = pl.BlockSpec((1, layout.padded_time, layout.block_dim), lambda i, j: (i, 0, j))
-  h0_spec = pl.BlockSpec((1, 1, layout.block_dim), lambda i, j: (i, 0, j))
+def _looped_call(layout: Layout, batch: int, planes: int, reverse: bool, interpret: bool):
+  seq_spec = pl.BlockSpec((1, layout.padded_time, layout.lanes), lambda i, j: (i, 0, j))
+  h0_spec = pl.BlockSpec((1, 1, layout.lanes), lambda i, j: (i, 0, j))
   shape = (batch, layout.padded_time, layout.padded_dim)
   kernel = functools.partial(
-    _looped_kernel, planes=planes, chunk=layout.chunk, num_chunks=layout.num_chunks, reverse=reverse
+    _looped_kernel, planes=planes, time=layout.padded_time, reverse=reverse
   )
   return pl.pallas_call(
     kernel,
     out_shape=[jax.ShapeDtypeStruct(shape, jnp.float32)] * planes,
-    grid=(batch, layout.padded_dim // layout.block_dim),
+    grid=(batch, layout.padded_dim // layout.lanes),
     in_specs=[seq_spec] * (2 * planes) + [h0_spec] * planes,
     out_specs=[seq_spec] * planes,
+    compiler_params=None
+    if interpret
+    else pltriton.CompilerParams(num_warps=max(1, min(4, layout.lanes // 32))),
     interpret=interpret,
+    name="ssm_scan_gpu",
   )
 
 
 def _scan_planes(a, b, h0, *, reverse, block_sizes, interpret, carry_in_grid):
-  """The kernel on `[batch, time, dim]` arrays of one dtype; returns `h` in that dtype."""
+  """One schedule on `[batch, time, dim]` arrays of one dtype; returns `h` in that dtype."""
   batch, time, dim = a.shape
-  layout = _layout(time, dim, block_sizes, carry_in_grid)
+  layout = (tpu_layout if carry_in_grid else gpu_layout)(time, dim, block_sizes)
   t, d = layout.padded_time, layout.padded_dim
   # A padded step has a = 1 (real part 1, imaginary part 0) and b = 0: it keeps the carry.
   a_planes = [_pad(p, t, d, 0.0 if k else 1.0) for k, p in enumerate(_planes(a))]
@@ -193,6 +213,27 @@ def _scan_planes(a, b, h0, *, reverse, block_sizes, interpret, carry_in_grid):
   h = [p[:, :time, :dim] for p in h]
   out = h[0] if planes == 1 else jax.lax.complex(h[0], h[1])
   return out.astype(a.dtype)
+
+
+def _compiled(kernel):
+  """A compiled kernel, per device under a context mesh (`kernels/partitioning.py`)."""
+  return functools.partial(partitioning.split_leading_axis, kernel)
+
+
+def _per_platform(a, b, h0, reverse, block_sizes, interpret, carry_in_grid):
+  """The schedule of the platform the program is lowered for (see the module docstring)."""
+  run = functools.partial(_scan_planes, reverse=reverse, block_sizes=block_sizes)
+  interpreter = functools.partial(
+    run, interpret=True, carry_in_grid=True if carry_in_grid is None else carry_in_grid
+  )
+  if interpret:
+    return interpreter(a, b, h0)
+  gpu = _compiled(functools.partial(run, interpret=False, carry_in_grid=False))
+  tpu = _compiled(functools.partial(run, interpret=False, carry_in_grid=True))
+  branches = dict(cuda=gpu, rocm=gpu, default=tpu)
+  if interpret is None:
+    branches["cpu"] = interpreter
+  return jax.lax.platform_dependent(a, b, h0, **branches)
 
 
 def _shifted_a(a, reverse: bool):
@@ -209,15 +250,7 @@ def _previous_h(h, h0, reverse: bool):
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5, 6))
 def _scan(a, b, h0, reverse, block_sizes, interpret, carry_in_grid):
-  return _scan_planes(
-    a,
-    b,
-    h0,
-    reverse=reverse,
-    block_sizes=block_sizes,
-    interpret=interpret,
-    carry_in_grid=carry_in_grid,
-  )
+  return _per_platform(a, b, h0, reverse, block_sizes, interpret, carry_in_grid)
 
 
 def _scan_fwd(a, b, h0, reverse, block_sizes, interpret, carry_in_grid):
@@ -262,13 +295,11 @@ def ssm_scan_pallas(
     h0: `[batch, dim]`, same dtype.
     reverse: run from the last step to the first.
     block_sizes: chunk length and lane block.
-    interpret: run the kernel in the Pallas interpreter; default: on CPU only.
-    carry_in_grid: the TPU/interpret schedule (carry in scratch across grid steps) rather than the GPU
-      one (each program loops over chunks); default: False on GPU, True elsewhere.
+    interpret: True: the Pallas interpreter on every platform; False: the compiled kernel of the
+      platform lowered for (Triton on GPU, Mosaic on TPU; none exists for CPU); None: the
+      interpreter when lowered for CPU, the compiled kernel otherwise.
+    carry_in_grid: the interpreter's schedule: the TPU one (carry in scratch across grid steps,
+      default) or, False, the GPU one (each program loops over time). Compiled kernels always use
+      their platform's schedule.
   """
-  backend = jax.default_backend()
-  if interpret is None:
-    interpret = backend == "cpu"
-  if carry_in_grid is None:
-    carry_in_grid = backend != "gpu"
   return _scan(a, b, h0, reverse, block_sizes, interpret, carry_in_grid)

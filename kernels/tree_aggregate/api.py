@@ -37,7 +37,9 @@ def default_implementation() -> str:
   """The level-synchronous "xla" implementation, on every backend.
 
   On CPU it matches "sequential" for one tree and wins for batches of trees (the FGL forest); the
-  Pallas kernel is opt-in: its GPU/TPU lowering has not been run by this codebase yet.
+  Pallas kernel is opt-in: it lowers for GPU (Triton) and TPU (Mosaic), checked on CPU by
+  tests/test_kernel_lowering.py, but has not been compiled or timed on a device by this codebase
+  (`python -m kernels.tree_aggregate.bench` on one decides whether it becomes the default).
   """
   return "xla"
 
@@ -49,7 +51,9 @@ def block_rows(n: int, implementation: str) -> int:
   return min(high, max(low, 1 << (math.isqrt(n).bit_length() - 1 if n > 1 else 0)))
 
 
-def _run_batched(implementation, block, x, weight_up, weight_down, parent_row, level_ptr, levels):
+def _run_batched(
+  implementation, block, interpret, x, weight_up, weight_down, parent_row, level_ptr, levels
+):
   """(S, H) of a batch of trees: every argument has a leading tree axis."""
   if implementation == "xla":
     return xla_lib.levels_two_pass(
@@ -57,19 +61,18 @@ def _run_batched(implementation, block, x, weight_up, weight_down, parent_row, l
     )
   if implementation == "sequential":
     return xla_lib.sequential_two_pass(x, weight_up, weight_down, parent_row, level_ptr, levels)
-  kernel = functools.partial(
-    pallas_lib.pallas_two_pass, block=block, interpret=jax.default_backend() == "cpu"
+  return pallas_lib.pallas_two_pass(
+    x, weight_up, weight_down, parent_row, level_ptr, levels, block=block, interpret=interpret
   )
-  return jax.vmap(kernel)(x, weight_up, weight_down, parent_row, level_ptr, levels)
 
 
 @functools.cache
-def _runner(implementation: str, block: int):
+def _runner(implementation: str, block: int, interpret: bool | None):
   """(S, H) of one tree, with a `vmap` rule that sweeps a batch of trees in lockstep."""
 
   @custom_batching.custom_vmap
   def run(*args):
-    s, h = _run_batched(implementation, block, *(a[None] for a in args))
+    s, h = _run_batched(implementation, block, interpret, *(a[None] for a in args))
     return s[0], h[0]
 
   @run.def_vmap
@@ -78,30 +81,28 @@ def _runner(implementation: str, block: int):
       a if batched else jnp.broadcast_to(a, (axis_size, *a.shape))
       for a, batched in zip(args, in_batched, strict=True)
     ]
-    return _run_batched(implementation, block, *args), (True, True)
+    return _run_batched(implementation, block, interpret, *args), (True, True)
 
   return run
 
 
-def _run(implementation, block, *args):
-  return _runner(implementation, block)(*args)
+def _run(kernel, *args):
+  return _runner(*kernel)(*args)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1))
-def _aggregate_rows(
-  implementation, block, x, weight_up, weight_down, parent_row, level_ptr, levels
-):
-  return _run(implementation, block, x, weight_up, weight_down, parent_row, level_ptr, levels)[1]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _aggregate_rows(kernel, x, weight_up, weight_down, parent_row, level_ptr, levels):
+  return _run(kernel, x, weight_up, weight_down, parent_row, level_ptr, levels)[1]
 
 
-def _aggregate_rows_fwd(implementation, block, x, up, down, parent_row, level_ptr, levels):
-  s, h = _run(implementation, block, x, up, down, parent_row, level_ptr, levels)
+def _aggregate_rows_fwd(kernel, x, up, down, parent_row, level_ptr, levels):
+  s, h = _run(kernel, x, up, down, parent_row, level_ptr, levels)
   return h, (s, h, up, down, parent_row, level_ptr, levels)
 
 
-def _aggregate_rows_bwd(implementation, block, residuals, cotangent):
+def _aggregate_rows_bwd(kernel, residuals, cotangent):
   s, h, up, down, parent_row, level_ptr, levels = residuals
-  s_t, h_t = _run(implementation, block, cotangent, down, up, parent_row, level_ptr, levels)
+  s_t, h_t = _run(kernel, cotangent, down, up, parent_row, level_ptr, levels)
   outside = h[parent_row] - up * s  # aggregate at Fa(a) of x outside a's subtree
   outside_t = h_t[parent_row] - down * s_t  # the same for the cotangent under P^T
   grad_up, grad_down = outside_t * s, s_t * outside
@@ -122,6 +123,7 @@ def tree_aggregate(
   *,
   normalize: bool = False,
   implementation: str | None = None,
+  interpret: bool | None = None,
 ) -> jax.Array:
   """Sums every node's features into every other node, weighted by the product along the path.
 
@@ -135,8 +137,11 @@ def tree_aggregate(
     weight_down: the weight of parent(v) -> v, same shape; default: `weight_up` (symmetric).
     normalize: divide by the same aggregation of ones (TreeFilter's normalisation; needs weights
       that keep it positive, e.g. non-negative ones).
-    implementation: "xla" (level-synchronous), "sequential", "pallas" (interpret mode on CPU) or
-      None for `default_implementation()`.
+    implementation: "xla" (level-synchronous), "sequential", "pallas" or None for
+      `default_implementation()`.
+    interpret: for "pallas": True runs the Pallas interpreter on every platform, False the compiled
+      kernel of the platform lowered for (Triton on GPU, Mosaic on TPU), None the interpreter when
+      lowered for CPU and the compiled kernel otherwise (`pallas.py`).
 
   Returns:
     [n, f]: y[v] = sum_u prod_{edges a->b on the path u->v} w(a->b) * x[u].
@@ -169,8 +174,7 @@ def tree_aggregate(
     if channels > 1:
       up, down = jnp.concatenate([up, up], axis=1), jnp.concatenate([down, down], axis=1)
   out = _aggregate_rows(
-    implementation,
-    block,
+    (implementation, block, interpret),
     layout_lib.to_rows(x, layout, rows),
     up,
     down,
