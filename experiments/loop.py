@@ -173,10 +173,13 @@ class _PhaseRunner:
   def run(self, rng, inputs, should_stop: StopRequest):
     init_rng, step_rng, eval_rng = jax.random.split(rng, 3)
     try:
-      state, start = self._restore_or_init(init_rng, inputs)
-      traces = 0
-      if start < self.phase.num_steps:
-        state, traces = self._train(state, start, step_rng, inputs, should_stop)
+      # init and step are traced under the mesh so that Pallas kernels can split themselves per
+      # device (kernels/partitioning.py): XLA cannot partition a kernel call over devices
+      with jax.set_mesh(self.mesh):
+        state, start = self._restore_or_init(init_rng, inputs)
+        traces = 0
+        if start < self.phase.num_steps:
+          state, traces = self._train(state, start, step_rng, inputs, should_stop)
       results = self._evaluate(state, eval_rng, inputs)
     finally:
       self.checkpoints.wait()

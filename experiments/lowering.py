@@ -64,9 +64,9 @@ class Check:
     return f"ok      {where}" + (f" ({self.kernels} Pallas kernels)" if self.kernels else "")
 
 
-# As loop.py traces init and step: under no context mesh, so a Pallas kernel cannot split itself over
-# the devices (kernels/partitioning.py) and a multi-device TPU step holding one fails to lower.
-TRACE_IN_MESH = False
+# As loop.py traces init and step: under the context mesh, so a Pallas kernel splits itself over the
+# devices (kernels/partitioning.py) instead of failing to lower on a multi-device TPU step.
+TRACE_IN_MESH = True
 UNPARTITIONED_KERNEL = "Mosaic kernels cannot be automatically partitioned"
 UNPARTITIONED_HINT = (
   "; a kernel traced without a context mesh cannot be split over several devices: trace under "

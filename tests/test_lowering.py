@@ -30,9 +30,15 @@ def test_dcd_ssm_lowers_for_both_platforms_with_the_scan_kernel_in_its_step():
   assert all(c.kernels >= 2 for c in steps), "the forward and backward scans are Pallas kernels"
 
 
-def test_a_kernel_in_a_multi_device_step_without_a_mesh_context_is_reported_for_tpu():
-  """The loop jits the step without a context mesh, so XLA would have to partition the Mosaic
-  call, which it cannot; Triton calls are computed whole on each GPU (no error)."""
+def test_a_kernel_in_a_multi_device_step_lowers_because_the_loop_traces_under_the_mesh():
+  """XLA cannot partition a Mosaic call over devices; traced under the mesh (as the loop does), each
+  kernel runs per device in a shard_map (kernels/partitioning.py)."""
+  checks = lowering.lower_config(dcd_ssm.get_config(), ("cuda", "tpu"), num_devices=4)
+  assert all(c.ok for c in checks), _lines(checks)
+
+
+def test_without_the_mesh_context_the_tpu_step_fails_with_a_hint(monkeypatch):
+  monkeypatch.setattr(lowering, "TRACE_IN_MESH", False)
   checks = lowering.lower_config(dcd_ssm.get_config(), ("cuda", "tpu"), num_devices=4)
   failed = [c for c in checks if not c.ok]
   assert [(c.what, c.platform) for c in failed] == [("train/step", "tpu")]
