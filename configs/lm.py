@@ -1,4 +1,4 @@
-r"""A causal language model on the shared transformer core (issue 14): the demo of `core/nn/transformer.py`,
+r"""A causal language model on the shared transformer core: the demo of `core/nn/transformer.py`,
 `core/decoding.py`, `core/data/tokenizers.py` and `core/data/text.py`.
 
 Claim checked: a small pre-norm RoPE transformer trained on multi-source Markov text gets close to the

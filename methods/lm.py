@@ -1,4 +1,4 @@
-"""A causal language model on the shared transformer core (issue 14), the demo of `core/`'s sequence stack.
+"""A causal language model on the shared transformer core, the demo of `core/`'s sequence stack.
 
 Claim checked: next-token training of `core.nn.transformer.Transformer` on multi-source Markov text
 (`core/data/text.py`) approaches the best possible perplexity of that corpus, which is exact: the

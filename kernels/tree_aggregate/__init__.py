@@ -1,4 +1,4 @@
-"""Linear-time all-pairs aggregation over rooted trees (FGL's tree aggregator, spec Sec. 2.4 and 6).
+"""Linear-time all-pairs aggregation over rooted trees (FGL's tree aggregator, Theorem 1 and Eq. 7-8).
 
 `tree_aggregate(x, parent, weight_up, weight_down=None, *, normalize=False, implementation=None)`;
 implementations "xla" (level-synchronous), "sequential" and "pallas"; `reference.py` holds the dense

@@ -2,8 +2,8 @@
 
   y[v] = sum_u (product of the edge weights on the path u -> v, in the direction of travel) * x[u]
 
-for all n^2 pairs (u = v: the empty product 1), computed by two sweeps over the tree (FGL, spec
-Sec. 2.4, Theorem 1 / Eq. 7-8 with W_A = I): a bottom-up pass accumulates subtree sums, a top-down
+for all n^2 pairs (u = v: the empty product 1), computed by two sweeps over the tree (FGL,
+Theorem 1 / Eq. 7-8 with W_A = I): a bottom-up pass accumulates subtree sums, a top-down
 pass adds, at each node, its parent's total minus its own subtree's share. The edge v -> parent(v)
 weighs `weight_up[v]`, parent(v) -> v weighs `weight_down[v]`.
 

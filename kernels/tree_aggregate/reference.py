@@ -91,7 +91,7 @@ def _depth(parent, v) -> int:
 
 
 def matrix_tree_aggregate_reference(h, parent, alpha_up, alpha_down, w_a) -> jax.Array:
-  """H'_v = sum_u [prod alpha on u -> v] * W_A^dist(u,v) H_u (spec Sec. 2.4 closed form), dense."""
+  """H'_v = sum_u [prod alpha on u -> v] * W_A^dist(u,v) H_u (the closed form of FGL's Theorem 1), dense."""
   p = path_product_matrix(parent, alpha_up, alpha_down)[..., 0]
   dist = distance_matrix(parent)
   powers = [jnp.eye(w_a.shape[0], dtype=w_a.dtype)]

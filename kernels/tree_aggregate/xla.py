@@ -6,7 +6,7 @@ axis) and return `(S, H)`, each [K, rows, f]:
   bottom-up (leaves -> root):  S_u = x_u + sum_{v in ch(u)} w_up[v] * S_v
   top-down  (root -> leaves):  H_root = S_root,  H_v = S_v + w_down[v] * (H_Fa(v) - w_up[v] * S_v)
 
-(spec Sec. 2.4, Eq. 7-8 with W_A = I; the TreeFilter refine recursion). `H_Fa(v) - w_up[v] S_v` is
+(FGL, Eq. 7-8 with W_A = I; the TreeFilter refine recursion). `H_Fa(v) - w_up[v] S_v` is
 the aggregate at the parent of everything outside v's subtree, so H_v sums over all n nodes.
 Weights are [K, rows, c] with c = 1 (one weight per edge) or c = f (one per edge and channel).
 
