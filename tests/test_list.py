@@ -1,0 +1,22 @@
+"""`python -m experiments.list` shows every registered method that has a config, with its variants."""
+
+import subprocess
+import sys
+
+from experiments import list as listing
+
+
+def test_every_method_with_a_config_is_listed_with_variants_and_a_claim():
+  rows = {name: (title, variants, claim) for name, title, variants, claim in listing.rows()}
+  for name in ("quant_diffusion", "dcd_ssm", "frontdoor", "lm"):
+    title, variants, claim = rows[name]
+    assert "default" in variants and title and claim, name
+  assert rows["quant_diffusion"][0].startswith("QDPM")
+
+
+def test_module_prints_one_block_per_method():
+  out = subprocess.run(
+    [sys.executable, "-m", "experiments.list"], capture_output=True, text=True, check=True
+  ).stdout
+  assert "quant_diffusion  [default, study, cifar10, gpu, tpu_pod]" in out
+  assert "python experiments/train.py --config=configs/lm.py" in out
