@@ -28,9 +28,12 @@ setuptools.setup(
     "safetensors>=0.4",  # reads converted Latte checkpoints (bwcache's gpu variant)
     "dm-pix>=0.4.5",  # PSNR and SSIM of generated images and videos
     "rlax>=0.1.8",  # the clipped surrogate of PPO
+    "ott-jax>=0.6.0,<0.7",  # unbalanced Sinkhorn of the multimodal distribution-coherence loss
+    "h5py>=3.10",  # reads the Spiking Heidelberg Digits files (dgn_snn's gpu variant)
+    "scipy>=1.11",  # sparse graph algorithms (fgl), special functions
   ],
   extras_require={
-    "test": ["pytest>=8", "scipy>=1.11"],
+    "test": ["pytest>=8"],
     # Front-door study's external baselines and the parity check with the author's package.
     "frontdoor": ["econml==0.17.0", "doubleml==0.11.4", "fd-cate==0.1.1"],
   },

@@ -1,0 +1,316 @@
+"""IID (intermediate fusion with informatic constraint and distribution coherence): the losses against
+exact references, the paper's invariants, the data, a run through the shared loop, validation, tfds."""
+
+import math
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy.optimize import linear_sum_assignment, minimize
+
+from configs import if_mml as if_mml_config
+from core import fusion
+from core.data import multimodal as mm
+from core.nn import fusion as fusion_nn
+from experiments import loop
+from methods import if_mml
+from methods.base import ConfigError
+
+# ---------------------------------------------------------------------------------------------------
+# Fusion rules and the informatic constraint
+# ---------------------------------------------------------------------------------------------------
+
+
+def _inputs(batch=6, dim=16, seed=0):
+  keys = jax.random.split(jax.random.key(seed), 2)
+  return tuple(jax.random.normal(k, (batch, dim)) for k in keys)
+
+
+def test_intermediate_fusion_equals_late_fusion_with_tied_heads():
+  inputs = _inputs()
+  if_model = fusion_nn.FusionClassifier("intermediate", num_classes=4, static_weights=(0.3, 0.7))
+  lf_model = fusion_nn.FusionClassifier("late", num_classes=4, static_weights=(0.3, 0.7))
+  if_params = if_model.init(jax.random.key(1), inputs)
+  lf_params = lf_model.init(jax.random.key(1), inputs)
+  tied = jax.tree.map(lambda x: x, lf_params)
+  for m in range(2):
+    tied["params"][f"heads_{m}"] = if_params["params"]["heads_0"]
+    tied["params"][f"encoders_{m}"] = if_params["params"][f"encoders_{m}"]
+  out_if, out_lf = if_model.apply(if_params, inputs), lf_model.apply(tied, inputs)
+  chex.assert_shape(out_if.logits, (6, 4))
+  chex.assert_shape(out_if.latents, (2, 6, 32))
+  chex.assert_trees_all_close(out_if.logits, out_lf.logits, atol=1e-5)
+  chex.assert_trees_all_close(out_if.unimodal_logits, out_lf.unimodal_logits, atol=1e-5)
+
+
+def test_energy_weights_are_a_softmax_over_modalities_and_carry_no_gradient():
+  logits = jax.random.normal(jax.random.key(0), (2, 5, 3))
+  weights = fusion.energy_weights(logits)
+  chex.assert_trees_all_close(weights.sum(0), jnp.ones(5), atol=1e-6)
+  grad = jax.grad(lambda x: fusion.energy_weights(x)[0].sum())(logits)
+  assert float(jnp.abs(grad).max()) == 0.0
+
+
+def test_gaussian_kl_matches_monte_carlo():
+  z = 0.5 + 2.0 * jax.random.normal(jax.random.key(0), (4096, 3))
+  mean, std = np.asarray(z.mean(0)), np.asarray(z.std(0))
+  draws = mean + std * np.random.default_rng(0).standard_normal((200_000, 3))
+  log_p = -0.5 * (((draws - mean) / std) ** 2) - np.log(std)
+  log_q = -0.5 * draws**2
+  monte_carlo = np.mean(np.sum(log_p - log_q, axis=1))
+  assert float(fusion.gaussian_kl_to_standard(z)) == pytest.approx(monte_carlo, rel=0.02)
+  assert (
+    float(fusion.gaussian_kl_to_standard(jax.random.normal(jax.random.key(1), (8192, 4)))) < 0.01
+  )
+
+
+def test_informatic_constraint_sign_flips_the_unimodal_term_and_clips_it():
+  key = jax.random.split(jax.random.key(0), 4)
+  labels = jnp.array([0, 1, 2, 3, 0, 1])
+  fused_logits = jax.random.normal(key[0], (6, 4))
+  unimodal = 0.1 * jax.random.normal(key[1], (2, 6, 4)) + 3.0 * jax.nn.one_hot(labels, 4)
+  fused, latents = jax.random.normal(key[2], (6, 8)), jax.random.normal(key[3], (2, 6, 8))
+  args = (fused_logits, unimodal, fused, latents, labels, 0.1)
+  plus = fusion.informatic_constraint(*args, unimodal_sign=1)
+  minus = fusion.informatic_constraint(*args, unimodal_sign=-1)
+  ce = jax.vmap(lambda lg: -jnp.mean(jax.nn.log_softmax(lg)[jnp.arange(6), labels]))(unimodal)
+  assert float(plus - minus) == pytest.approx(2 * float(ce.sum()), rel=1e-5)
+  wrong = fusion.informatic_constraint(
+    fused_logits,
+    -50.0 * jax.nn.one_hot(labels, 4)[None].repeat(2, 0),
+    fused,
+    latents,
+    labels,
+    0.1,
+    -1,
+  )
+  fused_ce = -jnp.mean(jax.nn.log_softmax(fused_logits)[jnp.arange(6), labels])
+  kl = fusion.gaussian_kl_to_standard(fused) + sum(
+    fusion.gaussian_kl_to_standard(z) for z in latents
+  )
+  assert float(wrong) == pytest.approx(float(fused_ce - 2 * math.log(4) + 0.1 * kl), rel=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Distribution coherence: FFT sparsification, RIP projection, unbalanced Sinkhorn (ott-jax)
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_fft_sparsify_matches_numpy_fft_with_the_largest_coefficients_kept():
+  z = np.random.default_rng(0).standard_normal((5, 32)).astype(np.float32)
+  chex.assert_trees_all_close(fusion.fft_sparsify(jnp.asarray(z), 32), z, atol=1e-5)
+  sparse = fusion.fft_sparsify(jnp.asarray(z), 8)
+  spectrum = np.fft.fft(z, axis=-1)
+  threshold = np.sort(np.abs(spectrum), axis=-1)[:, -8:-7]
+  kept = np.abs(spectrum) >= threshold * (1 - 1e-5)
+  reference = np.real(np.fft.ifft(np.where(kept, spectrum, 0), axis=-1))
+  np.testing.assert_allclose(np.asarray(sparse), reference, atol=1e-5)
+  assert np.all((kept.sum(-1) >= 8) & (kept.sum(-1) <= 9)) and sparse.dtype == jnp.float32
+
+
+def test_rip_projection_roughly_preserves_distances_of_sparse_vectors():
+  z = fusion.fft_sparsify(jax.random.normal(jax.random.key(0), (64, 32)), 16)
+  phi = fusion.rip_matrix(jax.random.key(1), 8, 32)
+  chex.assert_shape(fusion.coherence_features(z, phi, 16), (64, 8))
+  i, j = np.triu_indices(64, 1)
+  before = np.linalg.norm(np.asarray(z)[i] - np.asarray(z)[j], axis=-1)
+  after = np.linalg.norm(np.asarray(z @ phi.T)[i] - np.asarray(z @ phi.T)[j], axis=-1)
+  ratio = after / before
+  assert np.mean((ratio > 0.5) & (ratio < 1.5)) > 0.9
+  assert abs(np.median(ratio) - 1.0) < 0.15
+
+
+def _points(n=32, k=4, seed=0):
+  keys = jax.random.split(jax.random.key(seed), 2)
+  return jax.random.normal(keys[0], (n, k)), 1.5 * jax.random.normal(keys[1], (n, k)) + 1.0
+
+
+def test_sinkhorn_balanced_limit_matches_exact_optimal_transport():
+  x, y = _points()
+  cost = np.linalg.norm(np.asarray(x)[:, None] - np.asarray(y)[None], axis=-1)
+  cost = cost / cost.mean()
+  rows, cols = linear_sum_assignment(cost)
+  exact = cost[rows, cols].mean()
+  out = fusion.sinkhorn_solve(jnp.asarray(cost), 1e-3, 1e6, 2000)
+  assert float(out.primal_cost) == pytest.approx(exact, rel=0.02)
+  assert float(fusion.exact_wasserstein(x, y, p=1)) == pytest.approx(
+    np.linalg.norm(np.asarray(x)[rows] - np.asarray(y)[cols], axis=-1).mean(), rel=1e-6
+  )
+
+
+def test_unbalanced_sinkhorn_plan_is_the_exact_minimiser_on_a_small_case():
+  cost = np.array([[0.2, 1.0], [0.7, 0.1], [1.5, 0.4]])
+  a, b = np.full(3, 1 / 3), np.full(2, 1 / 2)
+  eps, lam = 0.1, 0.5
+
+  def kl(p, q):
+    return np.sum(p * np.log(p / q) - p + q)
+
+  def objective(log_plan):
+    plan = np.exp(log_plan.reshape(3, 2))
+    marginals = kl(plan.sum(1), a) + kl(plan.sum(0), b)
+    return np.sum(plan * cost) + eps * np.sum(plan * np.log(plan) - plan) + lam * marginals
+
+  best = minimize(objective, np.log(np.outer(a, b)).ravel(), method="BFGS", options={"gtol": 1e-12})
+  plan = np.exp(best.x).reshape(3, 2)
+  out = fusion.sinkhorn_solve(jnp.asarray(cost, jnp.float32), eps, lam, 500)
+  np.testing.assert_allclose(np.asarray(out.matrix), plan, atol=1e-5)
+  assert 0.8 < plan.sum() < 1.0  # unbalanced: mass is destroyed where transport is expensive
+  value = fusion.relaxed_ot_objective(out.matrix, jnp.asarray(cost, jnp.float32), lam)
+  expected = np.sum(plan * cost) + lam * (kl(plan.sum(1), a) + kl(plan.sum(0), b))
+  assert float(value) == pytest.approx(expected, abs=1e-5)
+
+
+def test_relaxed_distance_is_shift_and_scale_invariant_and_differentiable():
+  x, y = _points()
+  w = lambda a, b: fusion.unbalanced_ot_cost(a, b, 0.05, 1.0, 50)  # noqa: E731
+  base = float(w(x, y))
+  shift = jnp.arange(4.0)
+  assert float(w(x + shift, y + shift)) == pytest.approx(base, rel=1e-4)
+  assert float(w(3.0 * x, 3.0 * y)) == pytest.approx(base, rel=1e-4)
+  assert float(w(x, x)) < base
+  grad = jax.grad(w)(x, y)
+  assert bool(jnp.all(jnp.isfinite(grad))) and float(jnp.abs(grad).max()) > 0
+
+
+def test_coherence_loss_is_symmetric_and_vmaps():
+  latents = jax.random.normal(jax.random.key(0), (2, 16, 32)) * jnp.array([1.0, 2.0])[:, None, None]
+  phi = fusion.rip_matrix(jax.random.key(1), 8, 32)
+  loss = lambda z: fusion.distribution_coherence(z, phi, 16, 0.05, 1.0, 50)  # noqa: E731
+  assert float(loss(latents)) == pytest.approx(float(loss(latents[::-1])), rel=1e-3)
+  batched = jax.vmap(loss)(jnp.stack([latents, latents[::-1]]))
+  chex.assert_shape(batched, (2,))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Data
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_synthetic_replicates_share_samples_across_deltas():
+  data = mm.synthetic_replicates([0, 1], [0.0, 2.0], "train", 64, class_scale=0.8)
+  chex.assert_shape(data["x1"], (64, 4, 16))
+  assert data["x1"].dtype == np.float32 and data["y"].dtype == np.int32
+  np.testing.assert_array_equal(data["x1"][:, 0], data["x1"][:, 2])  # same seed, other delta
+  np.testing.assert_array_equal(data["y"][:, 1], data["y"][:, 3])
+  assert not np.array_equal(data["x1"][:, 0], data["x1"][:, 1])
+  assert np.abs(data["x2"][:, 2]).mean() > 2 * np.abs(data["x2"][:, 0]).mean()
+  design = mm.synthetic_design(0)
+  affine = mm.synthetic_split(design, 0, "test", 64, 2.0, tail_rate=0.0)
+  clean = mm.synthetic_split(design, 0, "test", 64, 0.0)
+  np.testing.assert_allclose(
+    affine["x2"], 3.0 * clean["x2"] + 2.0 * design.shift, rtol=1e-5, atol=1e-5
+  )
+
+
+# ---------------------------------------------------------------------------------------------------
+# The method through the shared loop
+# ---------------------------------------------------------------------------------------------------
+
+
+def tiny_config(models=("if", "lf", "full")):
+  config = if_mml_config.get_config()
+  config.models = models
+  config.data.update(deltas=(0.0, 1.0), num_seeds=2, num_train=32, num_val=16, num_test=64)
+  config.model.update(hidden=(16,), latent_dim=8)
+  config.dc.update(keep=4, projection_dim=4, iterations=10)
+  config.update(batch_size=16, steps=4)
+  config.eval.update(select_every=2, incoherence_points=32)
+  config.loop.update(log_every=2, checkpoint_every=2)
+  return config
+
+
+def test_run_reports_every_model_and_compiles_each_step_once(tmp_path):
+  summary = loop.run(tiny_config(), str(tmp_path))
+  results = summary.results
+  assert summary.step_traces == {"if": 1, "lf": 1, "full": 1}
+  for name in ("if", "lf", "full"):
+    for key in ("accuracy", "gap", "relative_incoherence", "final_accuracy", "selected_step"):
+      assert math.isfinite(results[f"{key}_{name}"]), (key, name)
+    assert np.shape(results[f"accuracy_{name}/replicates"]) == (2, 2)
+    assert np.shape(results[f"unimodal_accuracy_{name}/replicates"]) == (2, 2, 2)
+    assert 0.0 <= results[f"accuracy_{name}"] <= 1.0
+    assert set(np.ravel(results[f"selected_step_{name}/replicates"])) <= {2.0, 4.0}
+
+
+def test_interrupted_run_resumes_to_the_same_results(tmp_path):
+  config = tiny_config(models=("if",))
+  whole = loop.run(config, str(tmp_path / "whole")).results
+  with pytest.raises(loop.Interrupted):
+    loop.run(config, str(tmp_path / "cut"), should_stop=lambda phase, step: step == 2)
+  resumed = loop.run(config, str(tmp_path / "cut")).results
+  chex.assert_trees_all_close(resumed, whole, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+  "field, value, message",
+  [
+    ("models", ("if", "mid"), "config.models: unknown models"),
+    ("dc.keep", 64, "config.dc.keep: keeps 64"),
+    ("ic.unimodal_sign", 0, "config.ic.unimodal_sign: must be one of"),
+    ("data.view_dim", 9, "config.data.view_dim: must be <="),
+    ("model.static_weights", (0.5, 0.7), "config.model.static_weights"),
+    ("study.affine_arms", ("iff",), "config.study.affine_arms: unknown arms"),
+  ],
+)
+def test_bad_fields_are_named(field, value, message):
+  config = tiny_config()
+  node = config
+  *parents, name = field.split(".")
+  for parent in parents:
+    node = node[parent]
+  node[name] = value
+  with pytest.raises(ConfigError, match=message):
+    loop.validate(config, data_devices=1)
+
+
+def test_gpu_variant_needs_its_data_dir_and_reads_tfds_without_downloading():
+  import tensorflow_datasets as tfds
+
+  config = if_mml_config.get_config("gpu")
+  with pytest.raises(ConfigError, match="config.data.data_dir"):
+    loop.validate(config, data_devices=1)
+  config.data.update(data_dir="/nonexistent/prepared", num_train_eval=4, num_test=6)
+  config.update(batch_size=4)
+  config.eval.update(incoherence_points=4, chunk=4)
+  config.model.update(hidden=(4,), latent_dim=8)
+  config.dc.update(keep=4, projection_dim=4)
+  loop.validate(config, data_devices=1)
+  with tfds.testing.mock_data(num_examples=8):
+    data = if_mml.load_data(config)
+    batch = if_mml.phases.train_batches(config, data).batch(0)
+  assert batch["x1"].shape == (4, 32, 32, 8) and batch["x2"].shape == (4, 32, 32, 10)
+  assert batch["y"].dtype == np.int32 and data["test"]["x1"].shape == (6, 32, 32, 8)
+  shapes = ((32, 32, 8), (32, 32, 10))
+  state = if_mml.phases.init_state(config, "if_ic", shapes, None, jax.random.key(0))
+  state, metrics = jax.jit(lambda s, b: if_mml.train_step(config, "if_ic", s, b, None))(
+    state, batch
+  )
+  assert math.isfinite(float(metrics["loss"])) and "informatic" in metrics
+  results = if_mml.evaluate(config, "if_ic", data, state)
+  assert np.shape(results["accuracy_if_ic/replicates"]) == (1, 3)
+
+
+def test_study_arms_and_report():
+  config = if_mml_config.get_config("study")
+  names = [name for name, _ in if_mml.study_arms(config)]
+  assert names[:8] == ["lf", "if", "concat", "if_ic", "if_ic_neg", "if_dc", "full", "full_neg"]
+  assert "if_ic_neg_alpha0.1" in names and "if_dc_beta1" in names and "if_dc_beta1_affine" in names
+  rng = np.random.default_rng(0)
+  shape = (len(config.data.deltas), config.data.num_seeds)
+  results = {}
+  for name, arm in if_mml.study_arms(config):
+    model = arm.models[0]
+    keys = ("accuracy", "gap", "relative_incoherence", "selected_step")
+    results[name] = {
+      f"{prefix}{key}_{model}/replicates": rng.uniform(size=shape).tolist()
+      for prefix in ("", "final_")
+      for key in keys
+    }
+    results[name][f"accuracy_{model}"] = 0.5
+  report = if_mml.report(config, results)
+  assert len(report.rows) == len(names) * len(config.data.deltas)
+  assert "if_minus_lf" in report.summary and "final_full_minus_if_by_delta" in report.summary
+  assert "if_mml_study" in report.figures
