@@ -1,0 +1,572 @@
+"""D1: SGD and SGLD chains on the singular toys against their exact tempered posteriors, and the LLC
+estimator on the toys (Sec. 3 of "Almost Bayesian: Dynamics of SGD Through Singular Learning Theory").
+
+Phases, for each toy in `config.toys.models`:
+  toys_<model>_b<B>  one phase per batch size B: every chain group with that B (SGD at each learning
+                     rate, SGLD at each initialisation) as one flat chain axis (`(groups * chains, 2)`,
+                     sharded over the mesh's data axis by `config.sharding = "fsdp"`). A loop step is
+                     `records_per_call` records of `thin` iterations (`lax.scan`); after `burn_in`
+                     iterations each record adds the chains to their group's histogram, and the mean
+                     squared along-valley displacement from the burn-in position is kept at
+                     geometric lags. Evaluation: per group, KL/JS/W1 to the Bayes posterior (T = 1)
+                     and to the best tempered one, per-valley temperatures, the accessible-posterior
+                     KL, valley masses, Mandt's temperature, the displacement exponent (all lags and
+                     the last decade), and `kl_floor`, the KL of as many independent exact draws as
+                     chains (the noise level of chains that do not move along their valley).
+  toys_summary       the headline numbers (`kl_regular`, `kl_singular`, ...) for the first SGD
+                     group, and a figure of chain histograms against posteriors.
+  toys_llc           the localised-SGLD LLC at each toy's reference point against the known value.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from core import slt
+from core.data import slt as slt_data
+from experiments.reports import figure_grid
+from methods.base import Phase, cached_per_config
+
+
+class Group(NamedTuple):
+  """Chains sharing a sampler: SGD (`temperature = 0`) or SGLD at `temperature`, from `init`."""
+
+  name: str
+  learning_rate: float
+  temperature: float
+  init: str  # "prior" (uniform on the box) or "posterior" (exact draws from p_T)
+
+
+def sgd_group_name(learning_rate: float, batch_size: int) -> str:
+  return f"sgd_lr{learning_rate:g}_b{batch_size}"
+
+
+def groups_for(config, batch_size: int) -> list[Group]:
+  t = config.toys
+  groups = []
+  if batch_size in t.batch_sizes:
+    groups += [Group(sgd_group_name(lr, batch_size), lr, 0.0, "prior") for lr in t.learning_rates]
+  if batch_size == t.sgld_batch_size:
+    groups += [
+      Group(
+        f"sgld_T{t.sgld_temperature:g}_{init}_b{batch_size}",
+        t.sgld_learning_rate,
+        t.sgld_temperature,
+        init,
+      )
+      for init in t.sgld_inits
+    ]
+  return groups
+
+
+def batch_sizes(config) -> list[int]:
+  t = config.toys
+  return sorted(set(t.batch_sizes) | ({t.sgld_batch_size} if t.sgld_inits else set()))
+
+
+def phase_name(model: str, batch_size: int) -> str:
+  return f"toys_{model}_b{batch_size}"
+
+
+def headline_group(config) -> str:
+  return sgd_group_name(config.toys.learning_rates[0], config.toys.batch_sizes[0])
+
+
+# ---------------------------------------------------------------------------------------------------
+# Data, windows, exact posteriors (built once per config and toy)
+# ---------------------------------------------------------------------------------------------------
+
+
+@cached_per_config(maxsize=16)
+def toy_data(config, model: str) -> dict[str, np.ndarray]:
+  toy = slt.TOYS[model]
+  data = slt_data.toy_regression(
+    toy.coefficients,
+    config.toys.n,
+    config.toys.data_seed + list(slt.TOYS).index(model),
+    config.toys.orthogonal_noise,
+  )
+  table = slt.statistics_table(data["x"], data["y"])
+  return {**data, "table": table, "stats": table.mean(0)}
+
+
+def window_of(config, model: str) -> slt.Window:
+  """The full prior box for the singular toys; a square around c for the regular one, whose
+  posterior is a narrow Gaussian."""
+  t = config.toys
+  if model == "R":
+    c, h = np.asarray(slt.TOYS["R"].coefficients), t.regular_half_width
+    return slt.Window(tuple(c - h), tuple(c + h), t.bins)
+  return slt.Window((-t.box, -t.box), (t.box, t.box), t.bins)
+
+
+def temperature_grid(config) -> np.ndarray:
+  """Log-spaced and symmetric around T = 1 (an odd count contains 1 exactly)."""
+  lo, hi, count = config.toys.temperatures
+  return np.geomspace(lo, hi, count)
+
+
+@cached_per_config(maxsize=16)
+def posterior_masses(config, model: str) -> np.ndarray:
+  """`(temperatures, cells)` bin masses of the exact tempered posteriors of `model`."""
+  t = config.toys
+  return np.asarray(
+    slt.posterior_bin_masses(
+      model,
+      jnp.asarray(toy_data(config, model)["stats"]),
+      t.n,
+      temperature_grid(config),
+      window_of(config, model),
+      t.box,
+      t.subdivisions,
+      t.coarse,
+    ),
+    np.float64,
+  )
+
+
+@cached_per_config(maxsize=16)
+def valley_of_cells(config, model: str) -> np.ndarray:
+  window = window_of(config, model)
+  labels = np.asarray(slt.valley_label(model, jnp.asarray(slt.bin_centers(window))))
+  return np.concatenate([labels, [0]])  # the outside cell (R only) belongs to R's one valley
+
+
+def lags(config) -> np.ndarray:
+  """Displacement lags in iterations: geometric multiples of `thin` after burn-in."""
+  t = config.toys
+  return t.thin * slt.geometric_lags((t.steps - t.burn_in) // t.thin, t.num_lags)
+
+
+# ---------------------------------------------------------------------------------------------------
+# The chain phase
+# ---------------------------------------------------------------------------------------------------
+
+
+def _per_chain(groups, chains: int, field: str) -> jnp.ndarray:
+  return jnp.repeat(jnp.asarray([getattr(g, field) for g in groups], jnp.float32), chains)
+
+
+@cached_per_config(maxsize=16)
+def posterior_draws(config, model: str, temperature: float, index: int) -> np.ndarray:
+  """Exact draws from `p_T` that start the "posterior" SGLD groups, computed eagerly once (seeded by
+  `config.seed`, the toy and the group), so the chain phase's init stays small to compile."""
+  t = config.toys
+  key = jax.random.fold_in(jax.random.key(config.seed), 1000 * list(slt.TOYS).index(model) + index)
+  with jax.ensure_compile_time_eval():
+    draws = slt.sample_grid_posterior(
+      model,
+      jnp.asarray(toy_data(config, model)["stats"]),
+      t.n,
+      temperature,
+      t.box,
+      t.init_resolution,
+      key,
+      t.chains,
+    )
+  return np.asarray(draws, np.float32)
+
+
+def init_chains(config, model: str, groups, rng, inputs=None):
+  del inputs
+  t, data = config.toys, toy_data(config, model)
+  starts = []
+  for i, group in enumerate(groups):
+    key = jax.random.fold_in(rng, i)
+    if group.init == "prior":
+      starts.append(jax.random.uniform(key, (t.chains, 2), minval=-t.box, maxval=t.box))
+    else:
+      starts.append(
+        slt.sample_grid_posterior(
+          model,
+          jnp.asarray(data["stats"]),
+          t.n,
+          group.temperature,
+          t.box,
+          t.init_resolution,
+          key,
+          t.chains,
+        )
+      )
+  w = jnp.concatenate(starts).astype(jnp.float32)
+  window = window_of(config, model)
+  return {
+    "w": w,
+    "w_ref": w,
+    "t": jnp.zeros((), jnp.int32),
+    "hist": jnp.zeros((len(groups), window.num_cells), jnp.int32),
+    "msd": jnp.zeros((len(groups), len(lags(config))), jnp.float32),
+  }
+
+
+def chain_step(config, model: str, batch_size: int, groups, state, batch, rng):
+  """`records_per_call x thin` iterations of every chain; histogram and displacement records."""
+  del batch
+  t, data = config.toys, toy_data(config, model)
+  table, stats = jnp.asarray(data["table"]), jnp.asarray(data["stats"])
+  window, lag_steps = window_of(config, model), jnp.asarray(lags(config), jnp.int32)
+  num_groups, chains = len(groups), t.chains
+  lr = _per_chain(groups, chains, "learning_rate")
+  noise = slt.sgld_noise_std(lr, t.n, _per_chain(groups, chains, "temperature"))
+  group_of_chain = jnp.repeat(jnp.arange(num_groups), chains)
+
+  def iteration(w, key):
+    return slt.toy_iteration(model, table, w, key, lr, noise, batch_size, t.box), None
+
+  def record(state, key):
+    w = jax.lax.scan(iteration, state["w"], jax.random.split(key, t.thin))[0]
+    step = state["t"] + t.thin
+    counts = slt.histogram(slt.bin_index(w, window), group_of_chain, num_groups, window.num_cells)
+    w_ref = jnp.where(step == t.burn_in, w, state["w_ref"])
+    moved = slt.along_valley(model, w) - slt.along_valley(model, w_ref)
+    msd = jnp.sum(moved**2, -1).reshape(num_groups, chains).mean(1)
+    hit = (step - t.burn_in) == lag_steps
+    return {
+      "w": w,
+      "w_ref": w_ref,
+      "t": step,
+      "hist": state["hist"] + (step > t.burn_in) * counts,
+      "msd": jnp.where(hit[None, :], msd[:, None], state["msd"]),
+    }, None
+
+  state = jax.lax.scan(record, state, jax.random.split(rng, t.records_per_call))[0]
+  loss = slt.toy_loss(model, state["w"], stats).reshape(num_groups, chains).mean(1)
+  metrics = {"loss": loss.mean()}
+  metrics.update({f"loss_{g.name}": loss[i] for i, g in enumerate(groups)})
+  return state, metrics
+
+
+# ---------------------------------------------------------------------------------------------------
+# Evaluation of a chain phase
+# ---------------------------------------------------------------------------------------------------
+
+
+def mandt_temperatures(config, model: str, lr: float, batch_size: int, w_final) -> dict[str, float]:
+  """`T_M` with `sigma_g^2` at the toy's reference minimum, and per valley averaged over the chains'
+  final positions there (the noise of the singular toys varies along their valleys)."""
+  t, data = config.toys, toy_data(config, model)
+  x, y = jnp.asarray(data["x"]), jnp.asarray(data["y"])
+  sigma2 = jax.jit(
+    jax.vmap(lambda w: slt.gradient_noise_variance(slt.toy_per_sample_gradients(model, w, x, y)))
+  )
+  reference = jnp.asarray(slt.TOYS[model].reference, jnp.float32)[None]
+  out = {"t_mandt": float(slt.mandt_temperature(lr, t.n, batch_size, sigma2(reference)[0]))}
+  labels = np.asarray(slt.valley_label(model, w_final))
+  values = np.asarray(sigma2(w_final))
+  for v in range(len(slt.TOYS[model].valleys)):
+    chosen = values[labels == v]
+    mean = float(chosen.mean()) if chosen.size else float("nan")
+    out[f"t_mandt_valley{v}"] = float(slt.mandt_temperature(lr, t.n, batch_size, mean))
+  return out
+
+
+def group_metrics(config, model: str, group: Group, batch_size: int, hist, msd, w) -> dict:
+  """Every number of one chain group (keys without the model/group prefix)."""
+  window, temperatures = window_of(config, model), temperature_grid(config)
+  masses, valleys = posterior_masses(config, model), valley_of_cells(config, model)
+  num_valleys = len(slt.TOYS[model].valleys)
+  h = np.asarray(hist, np.float64) / max(np.sum(hist), 1)
+  bayes = masses[int(np.argmin(np.abs(np.log(temperatures))))]
+  fits = slt.tempering_fits(h, masses, temperatures, valleys, num_valleys)
+  star = masses[int(np.argmin(np.abs(temperatures - fits["t_star"])))]
+  out = dict(fits)
+  out["kl_floor"] = slt.kl_noise_floor(star, config.toys.chains, config.seed)
+  out.update(
+    kl_bayes=slt.kl_divergence(h, bayes),
+    js_bayes=slt.js_divergence(h, bayes),
+    w1_bayes=slt.marginal_w1(h, bayes, window),
+    js_star=slt.js_divergence(h, star),
+    w1_star=slt.marginal_w1(h, star, window),
+  )
+  for name, dist in (("sgd", h), ("bayes", bayes), ("star", star)):
+    m = slt.valley_masses(dist, valleys, num_valleys)
+    if num_valleys == 2:
+      out[f"occupancy_ratio_{name}"] = float(m[0] / max(m[1], 1e-300))
+  lag_steps = lags(config)
+  alpha2, _, r2 = slt.power_law_fit(lag_steps, msd)
+  late = lag_steps >= lag_steps[-1] / 10  # the last decade of lags
+  late_alpha2, _, late_r2 = slt.power_law_fit(lag_steps[late], np.asarray(msd)[late])
+  out.update(alpha=0.5 * alpha2, alpha_r2=r2, alpha_late=0.5 * late_alpha2, alpha_late_r2=late_r2)
+  if group.temperature == 0.0:
+    out.update(mandt_temperatures(config, model, group.learning_rate, batch_size, jnp.asarray(w)))
+  return out
+
+
+def group_arrays(config, model: str, index: int, chains: int, state) -> tuple:
+  rows = slice(index * chains, (index + 1) * chains)
+  return (
+    np.asarray(state["hist"][index]),
+    np.asarray(state["msd"][index]),
+    np.asarray(state["w"][rows]),
+  )
+
+
+def evaluate_chains(config, model: str, batch_size: int, groups, state) -> dict:
+  results = {}
+  for i, group in enumerate(groups):
+    hist, msd, w = group_arrays(config, model, i, config.toys.chains, state)
+    metrics = group_metrics(config, model, group, batch_size, hist, msd, w)
+    results.update({f"{model}_{group.name}_{k}": v for k, v in metrics.items()})
+    results[f"{model}_{group.name}_msd"] = msd
+  return results
+
+
+def chain_phases(config) -> list[Phase]:
+  t = config.toys
+  phases = []
+  for model in t.models:
+    for b in batch_sizes(config):
+      groups = groups_for(config, b)
+      phases.append(
+        Phase(
+          name=phase_name(model, b),
+          num_steps=t.steps // (t.records_per_call * t.thin),
+          init=functools.partial(init_chains, config, model, groups),
+          step=functools.partial(chain_step, config, model, b, groups),
+          evaluate=functools.partial(_evaluate_phase, config, model, b, groups),
+        )
+      )
+  return phases
+
+
+def _evaluate_phase(config, model, batch_size, groups, state, rng, inputs):
+  del rng, inputs
+  return evaluate_chains(config, model, batch_size, groups, state)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Summary: headline numbers and the histogram figure
+# ---------------------------------------------------------------------------------------------------
+
+
+def _headline_state(config, model: str, inputs):
+  """The headline group's arrays from its chain phase's final state."""
+  b = config.toys.batch_sizes[0]
+  groups = groups_for(config, b)
+  index = [g.name for g in groups].index(headline_group(config))
+  return (
+    groups[index],
+    b,
+    group_arrays(config, model, index, config.toys.chains, inputs[phase_name(model, b)]),
+  )
+
+
+def summarise(config, inputs) -> dict:
+  """`kl_regular` (R) and `kl_singular` (mean over the singular toys run) of the headline SGD group,
+  at the best global temperature, with the per-valley and accessible refinements, and each toy's
+  histogram and best tempered posterior (arrays, for figures)."""
+  out, singular = {}, {"kl_star": [], "kl_valley": [], "kl_access": [], "kl_bayes": []}
+  for model in config.toys.models:
+    group, b, (hist, msd, w) = _headline_state(config, model, inputs)
+    metrics = group_metrics(config, model, group, b, hist, msd, w)
+    if model == "R":
+      out.update(
+        kl_regular=metrics["kl_star"],
+        kl_regular_bayes=metrics["kl_bayes"],
+        t_star_regular=metrics["t_star"],
+        t_mandt_regular=metrics["t_mandt"],
+      )
+    else:
+      for key in singular:
+        singular[key].append(metrics[key])
+    out[f"{model}_hist"] = _image(config, model, hist / max(hist.sum(), 1))
+    temperatures = temperature_grid(config)
+    star = posterior_masses(config, model)[int(np.argmin(np.abs(temperatures - metrics["t_star"])))]
+    out[f"{model}_posterior_star"] = _image(config, model, star)
+  if singular["kl_star"]:
+    out.update(
+      kl_singular=float(np.mean(singular["kl_star"])),
+      kl_singular_valley=float(np.mean(singular["kl_valley"])),
+      kl_singular_access=float(np.mean(singular["kl_access"])),
+      kl_singular_bayes=float(np.mean(singular["kl_bayes"])),
+    )
+  return out
+
+
+def _image(config, model: str, cells) -> np.ndarray:
+  bins = window_of(config, model).bins
+  return np.asarray(cells, np.float64)[:-1].reshape(bins, bins)
+
+
+def histogram_figure(config, results: dict, title: str = ""):
+  """Per toy: the headline SGD group's histogram above its best tempered posterior (log scale)."""
+  models = [m for m in config.toys.models if f"{m}_hist" in results]
+  fig, axes = figure_grid(2, len(models), panel_size=(2.6, 2.5))
+  for col, model in enumerate(models):
+    window = window_of(config, model)
+    extent = (window.lo[1], window.hi[1], window.lo[0], window.hi[0])
+    for row, key in enumerate((f"{model}_hist", f"{model}_posterior_star")):
+      image = np.log10(np.asarray(results[key]) + 1e-7)
+      axes[row, col].imshow(
+        image,
+        origin="lower",
+        extent=extent,
+        vmin=-6,
+        cmap="magma",
+        interpolation="nearest",
+        aspect="auto",
+      )
+      axes[row, col].set_xlabel("w2")
+      axes[row, col].set_ylabel("w1")
+    axes[0, col].set_title(f"{model}: SGD")
+    axes[1, col].set_title(f"{model}: posterior at T*")
+  if title:
+    fig.suptitle(title)
+  fig.tight_layout()
+  return fig
+
+
+def summary_phase(config) -> Phase:
+  chains = [phase_name(m, b) for m in config.toys.models for b in batch_sizes(config)]
+
+  def evaluate(state, rng, inputs):
+    return summarise(config, {name: inputs[name] for name in chains})
+
+  def artifacts(state, rng, inputs):
+    results = summarise(config, {name: inputs[name] for name in chains})
+    return {"toys_histograms": histogram_figure(config, results, headline_group(config))}
+
+  return Phase(
+    name="toys_summary",
+    num_steps=0,
+    init=lambda rng, inputs: {"done": jnp.zeros((), jnp.int32)},
+    evaluate=evaluate,
+    artifacts=artifacts,
+  )
+
+
+# ---------------------------------------------------------------------------------------------------
+# LLC on the toys
+# ---------------------------------------------------------------------------------------------------
+
+KNOWN = ("R", "A", "B")  # multiplicity-1 reference points: the LLC estimator's asymptotics hold
+
+
+def llc_settings(config) -> slt.LLCSettings:
+  c = config.llc
+  return slt.LLCSettings(c.step_size, c.localization, c.chains, c.steps, c.burn_in)
+
+
+def toy_llc(config, model: str, key) -> dict[str, float]:
+  """`lambda_hat` at the toy's reference point: minibatch gradients, exact `L_n` of the draws."""
+  data = toy_data(config, model)
+  table, stats = jnp.asarray(data["table"]), jnp.asarray(data["stats"])
+  n, b = config.toys.n, config.llc.batch_size
+  reference = jnp.asarray(slt.TOYS[model].reference, jnp.float32)
+
+  @jax.jit
+  def run(key):
+    return slt.estimate_llc(
+      lambda w, idx: slt.toy_loss(model, w, table[idx].mean(0)),
+      reference,
+      lambda k: slt.minibatch_indices(k, (b,), n),
+      n,
+      key,
+      llc_settings(config),
+      reference_loss=slt.toy_loss(model, reference, stats),
+      full_loss_fn=lambda w: slt.toy_loss(model, w, stats),
+    )
+
+  out = run(key)
+  chains = np.asarray(out["llc_chains"])
+  return {
+    "llc": float(chains.mean()),
+    "llc_stderr": float(chains.std(ddof=1) / np.sqrt(len(chains))),
+  }
+
+
+def evaluate_llc(config, rng) -> dict:
+  results, errors = {}, []
+  for i, model in enumerate(config.llc.models):
+    estimate = toy_llc(config, model, jax.random.fold_in(rng, i))
+    known = slt.TOYS[model].llc
+    results[f"llc_{model}"] = estimate["llc"]
+    results[f"llc_{model}_stderr"] = estimate["llc_stderr"]
+    results[f"llc_{model}_known"] = known
+    results[f"llc_error_{model}"] = abs(estimate["llc"] - known) / known
+    if model in KNOWN:
+      errors.append(results[f"llc_error_{model}"])
+  results["llc_errors"] = np.asarray(errors)
+  return results
+
+
+def llc_phase(config) -> Phase:
+  return Phase(
+    name="toys_llc",
+    num_steps=0,
+    init=lambda rng, inputs: {"done": jnp.zeros((), jnp.int32)},
+    evaluate=lambda state, rng, inputs: evaluate_llc(config, rng),
+  )
+
+
+def validate(config, require, require_positive_int) -> None:
+  t = config.toys
+  for model in t.models:
+    require(model in slt.TOYS, "toys.models", f"unknown toy {model!r}; known: {sorted(slt.TOYS)}")
+  for model in config.llc.models:
+    require(model in slt.TOYS, "llc.models", f"unknown toy {model!r}; known: {sorted(slt.TOYS)}")
+  for field in (
+    "n",
+    "chains",
+    "steps",
+    "thin",
+    "records_per_call",
+    "bins",
+    "subdivisions",
+    "coarse",
+    "num_lags",
+    "init_resolution",
+  ):
+    require_positive_int(config, f"toys.{field}")
+  require(
+    len(t.learning_rates) > 0 and all(lr > 0 for lr in t.learning_rates),
+    "toys.learning_rates",
+    "need at least one positive learning rate",
+  )
+  require(
+    len(t.batch_sizes) > 0 and all(0 < b <= t.n for b in t.batch_sizes),
+    "toys.batch_sizes",
+    f"need batch sizes in 1..n = {t.n}",
+  )
+  call = t.records_per_call * t.thin
+  require(
+    t.steps % call == 0,
+    "toys.steps",
+    f"{t.steps} is not a multiple of records_per_call * thin = {call}",
+  )
+  require(
+    0 <= t.burn_in < t.steps and t.burn_in % t.thin == 0,
+    "toys.burn_in",
+    f"must be a multiple of thin = {t.thin} in [0, steps), got {t.burn_in}",
+  )
+  require(t.box > 0, "toys.box", "must be positive")
+  lo, hi, count = t.temperatures
+  require(
+    0 < lo < 1 < hi and count % 2 == 1 and abs(lo * hi - 1) < 1e-9,
+    "toys.temperatures",
+    "need (lo, hi, odd count) with lo * hi = 1, so that the grid contains T = 1",
+  )
+  unknown = set(t.sgld_inits) - {"prior", "posterior"}
+  require(not unknown, "toys.sgld_inits", f"unknown {sorted(unknown)}; choose prior or posterior")
+  require(t.sgld_temperature > 0, "toys.sgld_temperature", "must be positive")
+  require(0 < t.sgld_batch_size <= t.n, "toys.sgld_batch_size", f"must lie in 1..n = {t.n}")
+  require(t.sgld_learning_rate > 0, "toys.sgld_learning_rate", "must be positive")
+  for field in ("chains", "steps", "batch_size"):
+    require_positive_int(config, f"llc.{field}")
+  require(0 <= config.llc.burn_in < config.llc.steps, "llc.burn_in", "must lie in [0, steps)")
+  require(config.llc.step_size > 0, "llc.step_size", "must be positive")
+
+
+def phases(config: ml_collections.ConfigDict, experiments) -> list[Phase]:
+  out = []
+  if "toys" in experiments:
+    out += chain_phases(config) + [summary_phase(config)]
+  if "llc" in experiments:
+    out.append(llc_phase(config))
+  return out
