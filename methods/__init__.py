@@ -16,6 +16,10 @@ _MODULES = {
   "kernel_ppo": "methods.kernel_ppo",
   "w2s": "methods.w2s",
   "frontdoor": "methods.frontdoor",
+  "lm": "methods.lm",
+  "sgd_porous": "methods.sgd_porous",
+  "dgn_snn": "methods.dgn_snn",
+  "if_mml": "methods.if_mml",
 }
 
 
