@@ -7,7 +7,8 @@ import json
 import pytest
 
 import methods
-from experiments import loop, study
+from experiments import loop
+from experiments import studies
 from methods.base import ConfigError, Report, with_changes
 
 methods.register("toy", "toy_method")
@@ -36,12 +37,12 @@ def toy_study(monkeypatch):
 def test_invalid_last_arm_fails_before_the_first_arm_runs(toy_study, tmp_path):
   toy_study.bad_last_batch_size = 0
   with pytest.raises(ConfigError, match=r"^study arm 'last': config.batch_size: must be positive"):
-    study.run_study(toy_study, str(tmp_path))
+    studies.run_study(toy_study, str(tmp_path))
   assert list(tmp_path.iterdir()) == []
 
 
 def test_valid_study_runs_every_arm(toy_study, tmp_path):
-  payload = study.run_study(toy_study, str(tmp_path))
+  payload = studies.run_study(toy_study, str(tmp_path))
   assert [row["arm"] for row in payload["rows"]] == ["lr0.1", "lr0.05", "last"]
 
 
@@ -50,7 +51,7 @@ def test_repeated_arm_names_are_refused(toy_study, tmp_path, monkeypatch):
   twice = lambda config: [("a", config), ("a", config)]
   monkeypatch.setattr(toy_method, "METHOD", dataclasses.replace(method, study_arms=twice))
   with pytest.raises(ConfigError, match=r"names \['a'\] are used more than once"):
-    study.run_study(toy_study, str(tmp_path))
+    studies.run_study(toy_study, str(tmp_path))
   assert list(tmp_path.iterdir()) == []
 
 
@@ -67,7 +68,7 @@ def test_study_skips_a_missing_optional_baseline_and_says_how_to_enable_it():
   config = frontdoor_config.get_config("study")
   arms = dict(frontdoor.study_arms(config))
   assert "external" not in arms
-  study.check_arms(list(arms.items()))
+  studies.check_arms(list(arms.items()))
   note = frontdoor.external_note(config)
   assert note.startswith("External baselines run: none (skipped: ['doubleml', 'econml', 'fdcate']")
   assert frontdoor.EXTRA_INSTALL in note
@@ -90,33 +91,33 @@ def _report_files(workdir):
 
 
 def test_two_shards_and_report_only_give_the_sequential_report(toy_study, tmp_path):
-  study.run_study(toy_study, str(tmp_path / "sequential"))
+  studies.run_study(toy_study, str(tmp_path / "sequential"))
   sharded = tmp_path / "sharded"
-  assert study.run_study(toy_study, str(sharded), shard=(1, 2)) is None  # arm 0 and 2 outstanding
+  assert studies.run_study(toy_study, str(sharded), shard=(1, 2)) is None  # arm 0 and 2 outstanding
   assert sorted(p.name for p in sharded.iterdir()) == ["lr0.05"]
-  study.run_study(
+  studies.run_study(
     toy_study, str(sharded), shard=(0, 2)
   )  # finishes the last arms: writes the report
   (sharded / "results.json").unlink()
-  study.run_study(toy_study, str(sharded), report_only=True)
+  studies.run_study(toy_study, str(sharded), report_only=True)
   assert _report_files(sharded) == _report_files(tmp_path / "sequential")
 
 
 def test_report_only_names_the_missing_arms(toy_study, tmp_path):
-  study.run_study(toy_study, str(tmp_path), shard=(0, 3))
-  with pytest.raises(study.StudyIncomplete, match=r"not finished in .*: lr0.05, last;"):
-    study.run_study(toy_study, str(tmp_path), report_only=True)
+  studies.run_study(toy_study, str(tmp_path), shard=(0, 3))
+  with pytest.raises(studies.StudyIncomplete, match=r"not finished in .*: lr0.05, last;"):
+    studies.run_study(toy_study, str(tmp_path), report_only=True)
 
 
 def test_interrupted_arm_resumes_and_finished_arms_are_not_rerun(toy_study, tmp_path):
-  study.run_study(toy_study, str(tmp_path / "uninterrupted"))
+  studies.run_study(toy_study, str(tmp_path / "uninterrupted"))
   workdir = tmp_path / "interrupted"
   stop_in_second_arm = lambda phase, step: phase == "fit" and step == 1 and len(_arms(workdir)) == 2
   with pytest.raises(loop.Interrupted):
-    study.run_study(toy_study, str(workdir), should_stop=stop_in_second_arm)
+    studies.run_study(toy_study, str(workdir), should_stop=stop_in_second_arm)
   assert not (workdir / "lr0.05" / "results.json").exists()
   first_arm_rows = (workdir / "lr0.1" / "metrics.jsonl").read_text()
-  study.run_study(toy_study, str(workdir))
+  studies.run_study(toy_study, str(workdir))
   assert (workdir / "lr0.1" / "metrics.jsonl").read_text() == first_arm_rows  # not run again
   assert _report_files(workdir) == _report_files(tmp_path / "uninterrupted")
 
@@ -126,7 +127,7 @@ def _arms(workdir):
 
 
 def test_shard_flag_is_checked():
-  assert study.parse_shard("1/4") == (1, 4)
+  assert studies.parse_shard("1/4") == (1, 4)
   for text in ("4/4", "-1/2", "1", "a/b"):
     with pytest.raises(ValueError, match="--shard must be I/N"):
-      study.parse_shard(text)
+      studies.parse_shard(text)
