@@ -7,8 +7,7 @@ import json
 import pytest
 
 import methods
-from experiments import loop
-from experiments import studies
+from experiments import loop, studies
 from methods.base import ConfigError, Report, with_changes
 
 methods.register("toy", "toy_method")
