@@ -1,7 +1,8 @@
 """Pure-JAX references for the diagonal linear recurrence `h_t = a_t * h_{t-1} + b_t`.
 
-Three forms of the scan the DCD SSM paper (arXiv 2603.01959) analyses: the sequential form (`lax.scan`, O(T) work, T steps), the parallel form
-(`lax.associative_scan` with the affine-map composition, O(T log T) work, log T depth) and, for the
+Three forms of the scan the DCD SSM paper (arXiv 2603.01959) analyses: the sequential form
+(`lax.scan`, O(T) work, T steps), the parallel form (`lax.associative_scan` with the affine-map
+composition, O(T log T) work, log T depth) and, for the
 special case `b = 0`, `|a| = 1`, the exact cumulative-phase oracle `h_t = h0 * exp(i sum_{s<=t} theta_s)`.
 
 All functions take `a`, `b` of shape `[batch, time, dim]` and `h0` of shape `[batch, dim]` of one common
@@ -28,7 +29,8 @@ def sequential_scan(a: jax.Array, b: jax.Array, h0: jax.Array, reverse: bool = F
 
 
 def combine(earlier, later):
-  """Composition of affine maps `h -> a h + b`: `earlier` applied first (the associative operator of parallel scans, as in S5)."""
+  """Composition of affine maps `h -> a h + b`, `earlier` applied first: the associative operator of
+  parallel scans (as in S5)."""
   a_i, b_i = earlier
   a_j, b_j = later
   return a_j * a_i, a_j * b_i + b_j
