@@ -233,16 +233,7 @@ def study_figure(config, results):
     window = toys.window_of(config, model)
     extent = (window.lo[1], window.hi[1], window.lo[0], window.hi[0])
     for row, key, title in ((0, "hist", "SGD"), (1, "posterior_star", "posterior at T*")):
-      image = np.log10(np.asarray(t[f"{model}_{key}"]) + 1e-7)
-      axes[row, col].imshow(
-        image,
-        origin="lower",
-        extent=extent,
-        vmin=-6,
-        cmap="magma",
-        interpolation="nearest",
-        aspect="auto",
-      )
+      toys.plot_log_density(axes[row, col], t[f"{model}_{key}"], extent)
       axes[row, col].set_title(f"{model}: {title}", fontsize=9)
       axes[row, col].set_xlabel("w2", fontsize=8)
       axes[row, col].set_ylabel("w1", fontsize=8)

@@ -394,6 +394,19 @@ def _image(config, model: str, cells) -> np.ndarray:
   return np.asarray(cells, np.float64)[:-1].reshape(bins, bins)
 
 
+def plot_log_density(ax, density, extent) -> None:
+  """A (w1, w2) histogram or posterior on the grid's extent, log10 scale from 1e-6."""
+  ax.imshow(
+    np.log10(np.asarray(density) + 1e-7),
+    origin="lower",
+    extent=extent,
+    vmin=-6,
+    cmap="magma",
+    interpolation="nearest",
+    aspect="auto",
+  )
+
+
 def histogram_figure(config, results: dict, title: str = ""):
   """Per toy: the headline SGD group's histogram above its best tempered posterior (log scale)."""
   models = [m for m in config.toys.models if f"{m}_hist" in results]
@@ -402,16 +415,7 @@ def histogram_figure(config, results: dict, title: str = ""):
     window = window_of(config, model)
     extent = (window.lo[1], window.hi[1], window.lo[0], window.hi[0])
     for row, key in enumerate((f"{model}_hist", f"{model}_posterior_star")):
-      image = np.log10(np.asarray(results[key]) + 1e-7)
-      axes[row, col].imshow(
-        image,
-        origin="lower",
-        extent=extent,
-        vmin=-6,
-        cmap="magma",
-        interpolation="nearest",
-        aspect="auto",
-      )
+      plot_log_density(axes[row, col], results[key], extent)
       axes[row, col].set_xlabel("w2")
       axes[row, col].set_ylabel("w1")
     axes[0, col].set_title(f"{model}: SGD")
