@@ -17,13 +17,17 @@ import sys
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-_CONFIG = config_flags.DEFINE_config_file(
-  "config", None, "configs/sgd_porous.py[:variant]", lock_config=True
-)
-_STEPS = flags.DEFINE_integer("steps", 1000, "Iterations per timed block.")
-_CHAINS = flags.DEFINE_list("chains", ["1", "1024", "8192"], "Chain counts to time.")
-_MODEL = flags.DEFINE_string("model", "A", "Toy model: R, A, A0 or B.")
-flags.mark_flags_as_required(["config"])
+
+def define_flags() -> None:
+  """The command line's flags; defined only when run as a script, so importing this module (as the
+  tests do) leaves the process's flags to whoever owns them."""
+  config_flags.DEFINE_config_file(
+    "config", None, "configs/sgd_porous.py[:variant]", lock_config=True
+  )
+  flags.DEFINE_integer("steps", 1000, "Iterations per timed block.")
+  flags.DEFINE_list("chains", ["1", "1024", "8192"], "Chain counts to time.")
+  flags.DEFINE_string("model", "A", "Toy model: R, A, A0 or B.")
+  flags.mark_flags_as_required(["config"])
 
 
 def measure_chain_throughput(config, model: str, batch_size: int, chains: int, steps: int) -> dict:
@@ -65,17 +69,18 @@ def main(argv):
   from experiments import runtime
 
   runtime.setup()
-  config = _CONFIG.value
+  args = flags.FLAGS
+  config = args.config
   for batch_size in sorted(set(config.toys.batch_sizes) | {config.toys.sgld_batch_size}):
     single = None
-    for chains in (int(c) for c in _CHAINS.value):
-      result = measure_chain_throughput(config, _MODEL.value, batch_size, chains, _STEPS.value)
+    for chains in (int(c) for c in args.chains):
+      result = measure_chain_throughput(config, args.model, batch_size, chains, args.steps)
       if chains == 1:
         single = result["chain_steps_per_s"]
       speedup = result["chain_steps_per_s"] / single if single else float("nan")
       logging.info(
         "toy %s, batch %d, %d chains on %d device(s): %.3g chain-steps/s (x%.0f over one chain)",
-        _MODEL.value,
+        args.model,
         batch_size,
         chains,
         result["devices"],
@@ -86,4 +91,5 @@ def main(argv):
 
 if __name__ == "__main__":
   sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  define_flags()
   app.run(main)
