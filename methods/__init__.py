@@ -20,6 +20,7 @@ _MODULES = {
   "sgd_porous": "methods.sgd_porous",
   "dgn_snn": "methods.dgn_snn",
   "if_mml": "methods.if_mml",
+  "token_guard": "methods.token_guard",
 }
 
 

@@ -1,0 +1,169 @@
+"""Hugging Face Llama-layout checkpoints as `Transformer` parameters: a pure mapping, plus a reader.
+
+Llama 3 (`LlamaForCausalLM`, e.g. Meta-Llama-3-8B-Instruct) computes the same function as
+`Transformer(mlp="swiglu", use_rope=True, rope_base=rope_theta, norm_eps=rms_norm_eps,
+num_kv_heads=num_key_value_heads, mlp_hidden=intermediate_size, tie_embeddings=tie_word_embeddings)`:
+pre-norm RMSNorm blocks, rotary embeddings in the rotate-half layout (the Hugging Face checkpoints
+already store q/k projections permuted for it), grouped-query attention without biases, SwiGLU.
+Hugging Face names and layouts -> here:
+
+  model.embed_tokens.weight [V, D]                   embed/embedding [V, D]
+  model.layers.N.input_layernorm.weight              block_N/attention_norm/scale
+  model.layers.N.self_attn.q_proj.weight [H*d, D]    block_N/attention/query/kernel [D, H, d]
+  model.layers.N.self_attn.k_proj / v_proj           block_N/attention/key, value/kernel [D, KV, d]
+  model.layers.N.self_attn.o_proj.weight [D, H*d]    block_N/attention/out/kernel [H, d, D]
+  model.layers.N.post_attention_layernorm.weight     block_N/mlp_norm/scale
+  model.layers.N.mlp.gate_proj / up_proj [F, D]      block_N/mlp/gate, up/kernel [D, F]
+  model.layers.N.mlp.down_proj.weight [D, F]         block_N/mlp/down/kernel [F, D]
+  model.norm.weight                                  final_norm/scale
+  lm_head.weight [V, D]                              unembed/kernel [D, V] (absent when tied)
+  *.rotary_emb.inv_freq (older checkpoints)          recomputed here: dropped
+
+Linear weights `[out, in]` become kernels `[in, out]`. A missing, unexpected or misshapen key raises
+`CheckpointError` naming it. Not supported (an error names them in `transformer_settings`): attention
+biases (Qwen2), q/k norms (Qwen3) and RoPE frequency scaling (Llama 3.1's `rope_scaling`), which
+`core.nn.transformer.rope` does not implement.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from core.nn import attention
+from core.nn.transformer import Transformer
+
+Path = tuple[str, ...]
+
+
+class CheckpointError(ValueError):
+  """A state dict or config that does not fit the model; the message names the key."""
+
+
+def transformer_settings(hf_config: Mapping) -> dict:
+  """`Transformer` keyword arguments for a Hugging Face Llama `config.json` (a dict)."""
+  for key in ("rope_scaling", "attention_bias", "mlp_bias"):
+    if hf_config.get(key):
+      raise CheckpointError(f"config.json: {key}={hf_config[key]!r} is not supported")
+  if hf_config.get("model_type", "llama") != "llama":
+    raise CheckpointError(f"config.json: model_type {hf_config['model_type']!r} is not 'llama'")
+  return dict(
+    vocab_size=hf_config["vocab_size"],
+    width=hf_config["hidden_size"],
+    depth=hf_config["num_hidden_layers"],
+    num_heads=hf_config["num_attention_heads"],
+    num_kv_heads=hf_config.get("num_key_value_heads", hf_config["num_attention_heads"]),
+    mlp="swiglu",
+    mlp_hidden=hf_config["intermediate_size"],
+    tie_embeddings=bool(hf_config.get("tie_word_embeddings", False)),
+    rope_base=float(hf_config.get("rope_theta", 10_000.0)),
+    norm_eps=float(hf_config.get("rms_norm_eps", 1e-6)),
+  )
+
+
+def llama_to_flax(state_dict: Mapping[str, np.ndarray], model: Transformer) -> dict:
+  """Converts a Llama-layout state dict (numpy or jax arrays) into `model.init`'s `{"params": ...}`."""
+  if model.mlp != "swiglu" or not model.use_rope or not model.vocab_size:
+    raise CheckpointError("a Llama checkpoint needs Transformer(mlp='swiglu', use_rope=True)")
+  expected = _flax_shapes(model)
+  rules = _rules(model)
+  state_dict = {k: v for k, v in state_dict.items() if not k.endswith("rotary_emb.inv_freq")}
+  missing = sorted(set(rules) - set(state_dict))
+  unexpected = sorted(set(state_dict) - set(rules))
+  if missing:
+    raise CheckpointError(f"missing key {missing[0]} ({len(missing)} missing)")
+  if unexpected:
+    raise CheckpointError(f"unexpected key {unexpected[0]} ({len(unexpected)} unexpected)")
+  flat = {}
+  for key, (path, shape, convert) in rules.items():
+    value = state_dict[key]
+    if tuple(value.shape) != shape:
+      raise CheckpointError(
+        f"{key}: expected shape {shape} for this model, got {tuple(value.shape)}"
+      )
+    flat[path] = jnp.asarray(convert(value), model.param_dtype)
+    if flat[path].shape != expected[path]:
+      raise CheckpointError(
+        f"{key}: converts to {flat[path].shape}, the model has {expected[path]}"
+      )
+  return {"params": _unflatten(flat)}
+
+
+def _flax_shapes(model: Transformer) -> dict[Path, tuple[int, ...]]:
+  tokens = jnp.zeros((1, 2), jnp.int32)
+  abstract = jax.eval_shape(
+    lambda: model.init(jax.random.key(0), tokens, mask=attention.causal_mask())
+  )
+  leaves = jax.tree_util.tree_flatten_with_path(abstract["params"])[0]
+  return {tuple(part.key for part in path): leaf.shape for path, leaf in leaves}
+
+
+def _rules(model: Transformer) -> dict[str, tuple[Path, tuple[int, ...], callable]]:
+  """HF key -> (flax path, HF shape, conversion)."""
+  d, h, kv, hd, f, v = (
+    model.width,
+    model.num_heads,
+    model.kv_heads,
+    model.head_dim,
+    model.hidden_width,
+    model.vocab_size,
+  )
+  same = lambda w: w  # noqa: E731
+  transpose = lambda w: jnp.asarray(w).T  # noqa: E731
+  heads = lambda n: lambda w: jnp.asarray(w).reshape(n, hd, d).transpose(2, 0, 1)  # noqa: E731
+  rules = {"model.embed_tokens.weight": (("embed", "embedding"), (v, d), same)}
+  rules["model.norm.weight"] = (("final_norm", "scale"), (d,), same)
+  if not model.tie_embeddings:
+    rules["lm_head.weight"] = (("unembed", "kernel"), (v, d), transpose)
+  for n in range(model.depth):
+    hf, ours = f"model.layers.{n}.", f"block_{n}"
+    rules[hf + "input_layernorm.weight"] = ((ours, "attention_norm", "scale"), (d,), same)
+    rules[hf + "post_attention_layernorm.weight"] = ((ours, "mlp_norm", "scale"), (d,), same)
+    for name, ours_name, count in (("q", "query", h), ("k", "key", kv), ("v", "value", kv)):
+      rules[hf + f"self_attn.{name}_proj.weight"] = (
+        (ours, "attention", ours_name, "kernel"),
+        (count * hd, d),
+        heads(count),
+      )
+    rules[hf + "self_attn.o_proj.weight"] = (
+      (ours, "attention", "out", "kernel"),
+      (d, h * hd),
+      lambda w: jnp.asarray(w).T.reshape(h, hd, d),
+    )
+    for name in ("gate", "up"):
+      rules[hf + f"mlp.{name}_proj.weight"] = ((ours, "mlp", name, "kernel"), (f, d), transpose)
+    rules[hf + "mlp.down_proj.weight"] = ((ours, "mlp", "down", "kernel"), (d, f), transpose)
+  return rules
+
+
+def _unflatten(flat: Mapping[Path, jax.Array]) -> dict:
+  tree: dict = {}
+  for path, value in flat.items():
+    node = tree
+    for part in path[:-1]:
+      node = node.setdefault(part, {})
+    node[path[-1]] = value
+  return tree
+
+
+def read_safetensors(path: str) -> dict[str, jax.Array]:
+  """A state dict from a `.safetensors` file, or from every shard that a Hugging Face
+  `model.safetensors.index.json` names (read beside it). bfloat16 weights stay bfloat16."""
+  from safetensors.flax import load_file
+
+  try:
+    if path.endswith(".json"):
+      with open(path) as file:
+        shards = sorted(set(json.load(file)["weight_map"].values()))
+      state = {}
+      for shard in shards:
+        state.update(load_file(os.path.join(os.path.dirname(path), shard)))
+      return state
+    return load_file(path)
+  except (OSError, KeyError, ValueError) as error:
+    raise CheckpointError(f"cannot read {path!r}: {type(error).__name__}: {error}") from None

@@ -1,0 +1,185 @@
+"""Token-Guard: "Token-Guard: Towards Token-Level Hallucination Control via Self-Checking Decoding"
+(Zhu, Rong, Luo; ICLR 2026, arXiv 2601.21969, OpenReview 5fCDEz43ya; official code
+github.com/rhq945/Token-Guard).
+
+Claim: a decoder that scores each token by probability and latent consistency with the context (Eq. 3),
+each reasoning step by its token scores, smoothness and alignment (Eq. 9) and the chain by factual and
+logical consistency (Eq. 11-13), and prunes or regenerates what scores low, hallucinates less than
+greedy decoding and sampling, at a higher cost; removing the token-level scores hurts most.
+
+Map to the paper:
+  `core/data/factual_world.py`  passage QA over a seeded KB with 1-/2-hop chains of thought,
+                                unanswerable and counterfactual passages, exact hallucination labels
+                                (the checkable stand-in for HaluEval / RAGTruth / DROP).
+  `core/token_guard.py`         the scores (Sec. 3.2-3.4, Eq. 1-15), local and global refinement, the
+                                official code's beam scaffold, and the baselines.
+  `core/nn/hf_convert.py`       Llama-layout checkpoints (the paper's Llama-3-8B-Instruct) as
+                                `core.nn.transformer.Transformer` parameters.
+  `phases.py`                   `train` (a small causal LM on the world, or a converted checkpoint)
+                                and `decode` (every decoder on the same questions, dev calibration of
+                                the thresholds, token-score AUROC).
+  `study.py`                    one arm per seed; the table, the summary and the figure.
+
+Metrics (per decoder, suffix `_<decoder>`): `em`, `f1`; `hallucination_rate` (answers the passage does
+not support) and its types (`override`, `misread`, `fabrication`, `unanswerable`);
+`step_hallucination_rate` and types; `abstention_accuracy` (abstains iff unanswerable);
+`forward_passes` (single-sequence forward calls per question) and `seconds_per_question` (compiled).
+The headline keys (`hallucination_rate`, `em`, ...) are `eval.main_decoder`'s, `cost_ratio` its forward
+passes over greedy's.
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+from core.data import factual_world
+from methods.base import (
+  Method,
+  require,
+  require_choice,
+  require_file,
+  require_positive_int,
+)
+from methods.token_guard.phases import DECODERS, DTYPES, phases
+from methods.token_guard.study import report, study_arms
+
+POSITIVE_FIELDS = (
+  "data.num_persons",
+  "data.num_cities",
+  "data.num_companies",
+  "data.num_ages",
+  "data.min_facts",
+  "data.max_facts",
+  "data.seq_len",
+  "data.prompt_len",
+  "data.num_test",
+  "data.num_dev",
+  "model.width",
+  "model.depth",
+  "model.num_heads",
+  "batch_size",
+  "guard.beams",
+  "guard.rollouts",
+  "guard.max_steps",
+  "guard.segment_length",
+  "eval.chunk",
+  "eval.chain_width",
+  "eval.num_samples",
+  "eval.analysis_samples",
+)
+FRACTIONS = (
+  "data.married_fraction",
+  "data.two_hop_fraction",
+  "data.unanswerable_fraction",
+  "data.train_counterfactual",
+  "data.test_counterfactual",
+  "data.fact_fraction",
+)
+
+
+def validate(config: ml_collections.ConfigDict) -> None:
+  for field in POSITIVE_FIELDS:
+    require_positive_int(config, field)
+  for field in FRACTIONS:
+    section, name = field.split(".")
+    value = config[section][name]
+    require(0.0 <= value <= 1.0, field, f"must be in [0, 1], got {value}")
+  _validate_model(config)
+  _validate_guard(config)
+  _validate_eval(config)
+  d = config.data
+  require(d.min_facts <= d.max_facts, "data.max_facts", f"must be >= min_facts {d.min_facts}")
+  require(
+    d.num_persons >= d.num_companies + 2,
+    "data.num_persons",
+    f"needs more persons than companies ({d.num_companies}) + 1",
+  )
+  longest_prompt = 4 * (d.max_facts + 1) + 7  # <bos> Passage: facts Question: s r r ?
+  require(
+    d.prompt_len >= longest_prompt,
+    "data.prompt_len",
+    f"{d.prompt_len} is shorter than the longest prompt ({longest_prompt} tokens)",
+  )
+  require(
+    d.seq_len + 1 >= longest_prompt + 13,
+    "data.seq_len",
+    f"{d.seq_len} cannot hold a prompt of {longest_prompt} tokens and a 2-hop answer",
+  )
+  if config.model.checkpoint or config.variant == "gpu":
+    _validate_pretrained(config)
+
+
+def _validate_model(config) -> None:
+  m = config.model
+  require(
+    m.width % m.num_heads == 0, "model.num_heads", f"{m.num_heads} must divide width {m.width}"
+  )
+  require(
+    (m.width // m.num_heads) % 2 == 0,
+    "model.num_heads",
+    f"head dim width/num_heads = {m.width // m.num_heads} must be even (RoPE)",
+  )
+  kv = m.num_kv_heads or m.num_heads
+  require(m.num_heads % kv == 0, "model.num_kv_heads", f"{kv} must divide num_heads")
+  require(m.depth >= 2, "model.depth", "the token scores read the penultimate block: needs >= 2")
+  require_choice(config, "model.dtype", tuple(DTYPES))
+
+
+def _validate_guard(config) -> None:
+  g = config.guard
+  require_choice(config, "guard.consistency", ("cosine", "distance"))
+  require_choice(config, "guard.fusion", ("harmonic", "softmin"))
+  require(0.0 <= g.lam <= 1.0, "guard.lam", f"must be in [0, 1], got {g.lam}")
+  require(g.tau_low <= g.tau_high, "guard.tau_low", f"{g.tau_low} exceeds tau_high {g.tau_high}")
+  require(g.beta + g.gamma > 0, "guard.gamma", "beta + gamma must be positive")
+  require(g.max_refine >= 0, "guard.max_refine", f"must be >= 0, got {g.max_refine}")
+  require(g.global_iterations >= 0, "guard.global_iterations", "must be >= 0")
+  require(0 < g.top_p <= 1 and 0 < g.refine_top_p <= 1, "guard.top_p", "must be in (0, 1]")
+  require(g.temperature > 0, "guard.temperature", f"must be > 0, got {g.temperature}")
+  require(g.min_steps >= 0, "guard.min_steps", f"must be >= 0, got {g.min_steps}")
+
+
+def _validate_eval(config) -> None:
+  ev = config.eval
+  unknown = [name for name in ev.decoders if name not in DECODERS]
+  require(not unknown, "eval.decoders", f"unknown {unknown}; known: {list(DECODERS)}")
+  require(ev.main_decoder in ev.decoders, "eval.main_decoder", "must be one of eval.decoders")
+  require("greedy" in ev.decoders, "eval.decoders", "must include 'greedy' (the cost baseline)")
+  require(ev.temperature > 0, "eval.temperature", f"must be > 0, got {ev.temperature}")
+  require(0 < ev.top_p <= 1, "eval.top_p", f"must be in (0, 1], got {ev.top_p}")
+  needed = 4 * (config.guard.max_steps - 1) + 6
+  require(
+    ev.chain_width >= needed,
+    "eval.chain_width",
+    f"{ev.chain_width} cannot hold {config.guard.max_steps} steps and an answer ({needed})",
+  )
+  require(len(config.study.seeds) > 0, "study.seeds", "needs at least one seed")
+
+
+def _validate_pretrained(config) -> None:
+  require_file(
+    config,
+    "model.checkpoint",
+    "a Llama-layout checkpoint (Meta-Llama-3-8B-Instruct's model.safetensors.index.json or a "
+    "single .safetensors file)",
+    "download the model on a machine with network access and pass "
+    "--config.model.checkpoint=DIR/model.safetensors.index.json",
+  )
+  require(
+    bool(config.data.data_dir),
+    "data.data_dir",
+    "not set; expected the folder of the official Token-Guard repository's data/*.json "
+    "(HaluEval, RAGTruth, DROP, FinanceBench); pass --config.data.data_dir=DIR",
+  )
+  require(
+    False,
+    "data.data_dir",
+    "reading the official benchmarks with the model's own tokenizer is not implemented yet; the "
+    "converted checkpoint loads (core/nn/hf_convert.py) but this repository decodes the "
+    f"word-level factual world only ({len(factual_world.KEYWORDS)} keywords + entities)",
+  )
+
+
+METHOD = Method(
+  name="token_guard", phases=phases, validate=validate, study_arms=study_arms, report=report
+)

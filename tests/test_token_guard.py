@@ -1,0 +1,418 @@
+"""Token-Guard: the scores' invariants, the checker, the decoders, the converter and a loop smoke run."""
+
+import math
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from configs import token_guard as tg_config
+from core import decoding
+from core import token_guard as tg
+from core.data import factual_world as fw
+from core.data import tokenizers
+from core.nn import attention, hf_convert
+from core.nn.transformer import Transformer
+from experiments import loop
+from methods import token_guard
+from methods.base import ConfigError
+from methods.token_guard.phases import output_words
+
+GUARD = tg.Guard()
+
+
+# ---------------------------------------------------------------------------------------------------
+# Scores
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_cosine_of_orthogonal_and_identical_vectors():
+  a, b = jnp.array([1.0, 0.0, 0.0]), jnp.array([0.0, 2.0, 0.0])
+  assert float(tg.cosine(a, b)) == pytest.approx(0.0)
+  assert float(tg.cosine(a, 3 * a)) == pytest.approx(1.0)
+
+
+def test_token_score_mixes_cosine_and_probability_and_gates_the_running_mean():
+  anchor = jnp.array([1.0, 0.0])
+  hidden = jnp.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+  probs = jnp.array([1.0, 0.0, 0.5])
+  starts = jnp.array([True, False, False])
+  valid = jnp.ones(3, bool)
+  scores, cosines = tg.token_scores(hidden, probs, anchor, starts, valid, 0.6, 0.4)
+  # token 0: identical to the anchor, p = 1 -> 1; token 1: orthogonal, p = 0 -> 0 (below the gate)
+  np.testing.assert_allclose(scores[:2], [1.0, 0.0], atol=1e-6)
+  # the gate kept token 1 out of the mean: token 2 compares with mean(anchor, token 0) = [1, 0]
+  np.testing.assert_allclose(cosines[2], 1 / math.sqrt(2), atol=1e-6)
+  ungated, ungated_cos = tg.token_scores(hidden, probs, anchor, starts, valid, 0.6, -1.0)
+  assert float(ungated_cos[2]) != pytest.approx(float(cosines[2]))
+
+
+def test_segment_scores_of_a_constant_segment_are_fully_consistent_and_aligned():
+  hidden = jnp.ones((4, 3))
+  token = jnp.array([0.9, 0.8, 0.7, 0.0])
+  members = jnp.array([[True, True, True, False], [False, False, False, True]])
+  f_seg, big_h, _, norms, valid = tg.segment_scores(
+    GUARD, token, hidden, hidden, hidden[0], members
+  )
+  weights = jax.nn.softmax(token[:3])
+  expected = 0.5 * float(jnp.sum(weights * token[:3])) + 0.3 * 1.0 + 0.2 * 1.0
+  assert float(f_seg[0]) == pytest.approx(expected, abs=1e-5)
+  np.testing.assert_allclose(big_h[0], np.ones(3), atol=1e-6)
+  assert list(np.asarray(valid)) == [True, True]
+  assert float(norms[0]) == pytest.approx(float(jnp.linalg.norm(token[:3])), abs=1e-5)
+
+
+@pytest.mark.parametrize("fact, logic", [(0.2, 0.9), (0.7, 0.7), (1.0, 0.0), (0.55, 0.3)])
+def test_fusions_stay_in_unit_interval_and_softmin_is_below_the_minimum(fact, logic):
+  harmonic = float(tg.fuse(GUARD, jnp.float32(fact), jnp.float32(logic)))
+  softmin = float(tg.fuse(GUARD._replace(fusion="softmin"), jnp.float32(fact), jnp.float32(logic)))
+  assert 0.0 <= harmonic <= 1.0 and harmonic <= min(fact, logic) + 1e-6
+  assert 0.0 <= softmin <= min(fact, logic) + 1e-6
+
+
+def test_global_score_of_one_segment_has_full_logic_and_fact_equal_to_its_score():
+  f_seg = jnp.array([0.6, 0.0])
+  vectors = jnp.ones((2, 3))
+  fact, logic, glob = tg.global_scores(
+    GUARD, f_seg, vectors, vectors, jnp.ones(2), jnp.array([True, False])
+  )
+  assert float(fact) == pytest.approx(0.6, abs=1e-6) and float(logic) == 1.0
+  assert float(glob) == pytest.approx(0.6 / (0.6 + 1 - 0.6), abs=1e-6)
+
+
+def test_threshold_adjustment_follows_eq_15():
+  fact = jnp.array([0.4, 0.7, 0.7, 0.4])
+  logic = jnp.array([0.7, 0.4, 0.7, 0.4])
+  np.testing.assert_allclose(tg.threshold_adjustment(GUARD, fact, logic), [0.1, -0.1, 0.0, 0.0])
+
+
+def test_segment_ids_split_at_stop_tokens():
+  chain = jnp.array([[5, 6, 1, 7, 2, 0]])
+  ids, starts = tg.segment_ids(chain, jnp.array([5]), (1, 2))
+  assert ids.tolist() == [[0, 0, 0, 1, 1, -1]]
+  assert starts.tolist() == [[True, False, False, True, False, False]]
+
+
+# ---------------------------------------------------------------------------------------------------
+# World and checker
+# ---------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def world():
+  return fw.make_world(num_persons=40, num_cities=6, num_companies=5, num_ages=10, seed=3)
+
+
+def test_examples_are_consistent_with_their_passages(world):
+  for e in fw.make_examples(world, 200, 0, counterfactual_fraction=0.5, unanswerable_fraction=0.3):
+    assert all(step in e.passage for step in e.steps)
+    if e.unanswerable:
+      assert e.answer == fw.NO_ANSWER and len(e.steps) < len(e.path)
+    else:
+      assert e.steps[-1][2] == e.answer and len(e.steps) == len(e.path)
+    if e.counterfactual:
+      assert e.answer != e.kb_answer or len(e.path) == 2
+    assert len(set((s, r) for s, r, _ in e.passage)) == len(e.passage)
+    assert fw.label_output(e, world, e.target.split()).answer_label == "correct"
+
+
+def test_checker_labels_hand_written_outputs(world):
+  example = fw.Example(
+    passage=(("P01", "spouse", "P02"), ("P02", "born_in", "C01"), ("P03", "born_in", "C02")),
+    subject="P01",
+    path=("spouse", "born_in"),
+    steps=(("P01", "spouse", "P02"), ("P02", "born_in", "C01")),
+    answer="C01",
+    kb_answer="C03",
+    unanswerable=False,
+    counterfactual=True,
+  )
+  world = fw.World(world.entities, {("P02", "born_in"): "C03", ("P01", "spouse"): "P02"})
+  ok = fw.label_output(
+    example, world, "Step: P01 spouse P02 . Step: P02 born_in C01 . Answer: C01".split()
+  )
+  assert ok.answer_label == "correct" and ok.step_labels == (None, None)
+  bad = fw.label_output(
+    example, world, "Step: P01 spouse P02 . Step: P02 born_in C03 . Answer: C03".split()
+  )
+  assert bad.answer_label == "override" and bad.step_labels == (None, "override")
+  assert bad.token_labels.tolist() == [-1, -1, -1, 0, -1, -1, -1, -1, 1, -1, -1, 1]
+  assert fw.label_output(example, world, "Answer: C02".split()).answer_label == "misread"
+  assert fw.label_output(example, world, "Answer: C09".split()).answer_label == "fabrication"
+  assert fw.label_output(example, world, "Answer: No answer".split()).answer_label == "abstained"
+  assert fw.label_output(example, world, "Step: P01".split()).answer_label == "malformed"
+  unanswerable = example.__class__(
+    **{**example.__dict__, "answer": fw.NO_ANSWER, "unanswerable": True}
+  )
+  assert fw.label_output(unanswerable, world, "Answer: C01".split()).answer_label == "unanswerable"
+
+
+def test_em_and_f1_follow_drop_normalisation():
+  assert fw.exact_match("No answer.", "no answer") == 1.0
+  assert fw.f1_score("No C01", "No answer") == pytest.approx(0.5)
+  assert fw.f1_score(None, "C01") == 0.0
+
+
+# ---------------------------------------------------------------------------------------------------
+# Decoders on a random model
+# ---------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def random_decoder():
+  model = Transformer(vocab_size=16, width=16, depth=2, num_heads=2)
+  params = model.init(jax.random.key(0), jnp.zeros((1, 4), jnp.int32), mask=attention.causal_mask())
+  return tg.Decoder(model, params, chain_width=10, stop_tokens=(3, 2), eos_id=2, max_segments=6)
+
+
+def test_greedy_extension_matches_argmax_of_full_forwards(random_decoder):
+  prompts = jnp.array([[1, 5, 6, 0], [1, 7, 8, 9]])
+  lengths = jnp.array([3, 4])
+  out = tg.greedy_decode(random_decoder, prompts, lengths, jax.random.key(0))
+  sequence = decoding.concatenate(
+    prompts, lengths, jnp.asarray(out.chain), jnp.asarray(out.lengths)
+  )
+  logits = random_decoder.model.apply(
+    random_decoder.params, sequence, mask=attention.causal_mask()
+  ).logits
+  for row in range(2):
+    start = int(lengths[row])
+    predicted = jnp.argmax(logits[row, start - 1 : start - 1 + out.lengths[row]], axis=-1)
+    assert predicted.tolist() == out.chain[row, : out.lengths[row]].tolist()
+    assert out.forward_passes[row] == 1 + out.lengths[row]
+
+
+def test_local_refinement_never_lowers_the_kept_segment_score(random_decoder):
+  prompts = jnp.tile(jnp.array([[1, 5, 6, 9]]), (6, 1))
+  lengths = jnp.full((6,), 4)
+  chain, chain_lengths = random_decoder.empty(6)
+  ext = random_decoder.extend(
+    prompts, lengths, chain, chain_lengths, jax.random.key(1), 4, decoding.Sampling(1.0)
+  )
+  everything = tg.Thresholds(tau_low=-10.0, tau_high=10.0)
+  scores = random_decoder.score(prompts, lengths, ext.chain, ext.lengths, everything, GUARD)
+  before = tg._last(scores.segment, scores.num_segments)
+  passes = np.zeros(6)
+  _, refined = tg._refine_segments(
+    random_decoder,
+    GUARD,
+    everything,
+    prompts,
+    lengths,
+    (ext.chain, ext.lengths),
+    scores,
+    jnp.ones(6, bool),
+    jnp.zeros(6),
+    jax.random.key(2),
+    passes,
+  )
+  after = tg._last(refined.segment, refined.num_segments)
+  assert np.all(np.asarray(after) >= np.asarray(before) - 1e-6)
+  assert passes.min() > 0
+
+
+@pytest.mark.parametrize("guard", [GUARD, tg.ROLLOUT_PRUNE, GUARD._replace(use_token=False)])
+def test_token_guard_decode_shapes_and_costs(random_decoder, guard):
+  prompts = jnp.array([[1, 5, 6, 0], [1, 7, 8, 9], [1, 4, 0, 0]])
+  lengths = jnp.array([3, 4, 2])
+  out = tg.token_guard_decode(random_decoder, prompts, lengths, jax.random.key(0), guard)
+  chex.assert_shape(out.chain, (3, 10))
+  assert out.lengths.dtype == np.int32 and out.abstain.dtype == bool
+  assert np.all(out.lengths <= 10) and np.all(out.forward_passes > 0)
+  greedy = tg.greedy_decode(random_decoder, prompts, lengths, jax.random.key(0))
+  assert np.all(out.forward_passes >= greedy.forward_passes)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Converter
+# ---------------------------------------------------------------------------------------------------
+
+
+def _numpy_llama(sd, tokens, depth, heads, kv_heads, eps, theta):
+  """An independent numpy forward of the Hugging Face Llama layout (the reference)."""
+
+  def norm(x, w):
+    return x / np.sqrt(np.mean(x**2, -1, keepdims=True) + eps) * w
+
+  x = sd["model.embed_tokens.weight"][tokens]
+  length, width = x.shape
+  hd = width // heads
+  inv = theta ** (-np.arange(0, hd, 2) / hd)
+  angles = np.arange(length)[:, None] * inv[None]
+  cos, sin = np.cos(np.concatenate([angles] * 2, -1)), np.sin(np.concatenate([angles] * 2, -1))
+  rotate = lambda t: np.concatenate([-t[..., hd // 2 :], t[..., : hd // 2]], -1)  # noqa: E731
+  for n in range(depth):
+    p = f"model.layers.{n}."
+    h = norm(x, sd[p + "input_layernorm.weight"])
+    q = (h @ sd[p + "self_attn.q_proj.weight"].T).reshape(length, heads, hd).transpose(1, 0, 2)
+    k = (h @ sd[p + "self_attn.k_proj.weight"].T).reshape(length, kv_heads, hd).transpose(1, 0, 2)
+    v = (h @ sd[p + "self_attn.v_proj.weight"].T).reshape(length, kv_heads, hd).transpose(1, 0, 2)
+    q, k = q * cos + rotate(q) * sin, k * cos + rotate(k) * sin
+    k, v = np.repeat(k, heads // kv_heads, 0), np.repeat(v, heads // kv_heads, 0)
+    logits = q @ k.transpose(0, 2, 1) / np.sqrt(hd) + np.triu(np.full((length, length), -1e9), 1)
+    weights = np.exp(logits - logits.max(-1, keepdims=True))
+    weights /= weights.sum(-1, keepdims=True)
+    attn = (weights @ v).transpose(1, 0, 2).reshape(length, width)
+    x = x + attn @ sd[p + "self_attn.o_proj.weight"].T
+    h = norm(x, sd[p + "post_attention_layernorm.weight"])
+    gate, up = h @ sd[p + "mlp.gate_proj.weight"].T, h @ sd[p + "mlp.up_proj.weight"].T
+    x = x + (gate / (1 + np.exp(-gate)) * up) @ sd[p + "mlp.down_proj.weight"].T
+  return norm(x, sd["model.norm.weight"]) @ sd["lm_head.weight"].T
+
+
+def _random_llama(hf_config, seed=0):
+  rng = np.random.default_rng(seed)
+  d, f, v = hf_config["hidden_size"], hf_config["intermediate_size"], hf_config["vocab_size"]
+  hd = d // hf_config["num_attention_heads"]
+  kv = hf_config["num_key_value_heads"] * hd
+  shapes = {
+    "model.embed_tokens.weight": (v, d),
+    "model.norm.weight": (d,),
+    "lm_head.weight": (v, d),
+  }
+  for n in range(hf_config["num_hidden_layers"]):
+    p = f"model.layers.{n}."
+    shapes |= {
+      p + "input_layernorm.weight": (d,),
+      p + "post_attention_layernorm.weight": (d,),
+      p + "self_attn.q_proj.weight": (d, d),
+      p + "self_attn.k_proj.weight": (kv, d),
+      p + "self_attn.v_proj.weight": (kv, d),
+      p + "self_attn.o_proj.weight": (d, d),
+      p + "mlp.gate_proj.weight": (f, d),
+      p + "mlp.up_proj.weight": (f, d),
+      p + "mlp.down_proj.weight": (d, f),
+    }
+  return {
+    k: (rng.normal(size=s) * 0.3 + (1.0 if "norm" in k else 0.0)).astype(np.float32)
+    for k, s in shapes.items()
+  }
+
+
+HF_CONFIG = {
+  "model_type": "llama",
+  "vocab_size": 23,
+  "hidden_size": 16,
+  "intermediate_size": 24,
+  "num_hidden_layers": 2,
+  "num_attention_heads": 4,
+  "num_key_value_heads": 2,
+  "rope_theta": 500000.0,
+  "rms_norm_eps": 1e-5,
+  "tie_word_embeddings": False,
+}
+
+
+def test_llama_conversion_matches_a_numpy_reference_forward(tmp_path):
+  from safetensors.numpy import save_file
+
+  state_dict = _random_llama(HF_CONFIG)
+  save_file(state_dict, str(tmp_path / "model.safetensors"))
+  model = Transformer(**hf_convert.transformer_settings(HF_CONFIG))
+  params = hf_convert.llama_to_flax(
+    hf_convert.read_safetensors(str(tmp_path / "model.safetensors")), model
+  )
+  tokens = np.array([1, 5, 7, 2, 22, 9])
+  ours = model.apply(params, jnp.asarray(tokens)[None], mask=attention.causal_mask()).logits[0]
+  reference = _numpy_llama(state_dict, tokens, 2, 4, 2, 1e-5, 500000.0)
+  np.testing.assert_allclose(np.asarray(ours), reference, rtol=2e-3, atol=2e-3)
+
+
+def test_llama_conversion_names_bad_keys():
+  model = Transformer(**hf_convert.transformer_settings(HF_CONFIG))
+  state_dict = _random_llama(HF_CONFIG)
+  del state_dict["model.layers.1.mlp.up_proj.weight"]
+  with pytest.raises(hf_convert.CheckpointError, match="missing key model.layers.1.mlp.up_proj"):
+    hf_convert.llama_to_flax(state_dict, model)
+  state_dict = _random_llama(HF_CONFIG)
+  state_dict["model.norm.weight"] = np.ones(3, np.float32)
+  with pytest.raises(hf_convert.CheckpointError, match="model.norm.weight: expected shape"):
+    hf_convert.llama_to_flax(state_dict, model)
+  with pytest.raises(hf_convert.CheckpointError, match="rope_scaling"):
+    hf_convert.transformer_settings({**HF_CONFIG, "rope_scaling": {"rope_type": "llama3"}})
+
+
+# ---------------------------------------------------------------------------------------------------
+# Through the loop
+# ---------------------------------------------------------------------------------------------------
+
+
+def tiny_config():
+  config = tg_config.get_config()
+  config.data.update(
+    num_persons=30, num_cities=5, num_companies=4, num_ages=8, num_test=6, num_dev=6
+  )
+  config.model.update(width=16, depth=2, num_heads=2)
+  config.batch_size = 8
+  config.steps = 4
+  config.guard.update(beams=2, rollouts=2, max_steps=2, max_refine=1, global_iterations=1)
+  config.guard.refine_top_p = config.guard.top_p  # shares the compiled sampler
+  config.eval.update(
+    chunk=6,
+    chain_width=14,
+    num_samples=2,
+    analysis_samples=1,
+    decoders=("greedy", "token_guard", "token_guard_calibrated"),
+    auroc=True,
+  )
+  config.loop.update(log_every=2, checkpoint_every=2)
+  return config
+
+
+def test_run_writes_the_headline_keys(tmp_path):
+  summary = loop.run(tiny_config(), str(tmp_path))
+  results = summary.results
+  for key in ("hallucination_rate", "hallucination_rate_greedy", "em", "em_greedy", "cost_ratio"):
+    assert math.isfinite(results[key]), key
+  assert 0.0 <= results["hallucination_rate"] <= 1.0
+  assert results["cost_ratio"] >= 1.0
+  assert results["calibrated_tau_low"] <= results["calibrated_tau_high"]
+  assert summary.step_traces == {"train": 1, "decode": 0}
+  config = tiny_config()
+  report = token_guard.report(config, {"seed0": results, "seed1": results})
+  assert [row["decoder"] for row in report.rows] == list(config.eval.decoders)
+  assert report.summary["em"] == pytest.approx(results["em"])
+  assert "token_guard_study" in report.figures
+  assert [name for name, _ in token_guard.study_arms(tg_config.get_config("study"))] == [
+    "seed0",
+    "seed1",
+  ]
+
+
+@pytest.mark.parametrize(
+  "field, value, message",
+  [
+    ("eval.decoders", ("greedy", "beam"), "config.eval.decoders: unknown \\['beam'\\]"),
+    ("eval.main_decoder", "sampling", "config.eval.main_decoder: must be one of"),
+    ("guard.tau_low", 0.9, "config.guard.tau_low: 0.9 exceeds tau_high"),
+    ("guard.fusion", "max", "config.guard.fusion: must be one of"),
+    ("model.depth", 1, "config.model.depth: the token scores read the penultimate block"),
+    ("data.prompt_len", 20, "config.data.prompt_len: 20 is shorter than the longest prompt"),
+    ("eval.chain_width", 8, "config.eval.chain_width: 8 cannot hold"),
+    ("model.checkpoint", "/nonexistent/model.safetensors", "config.model.checkpoint:"),
+  ],
+)
+def test_bad_fields_are_named(field, value, message):
+  config = tiny_config()
+  section, name = field.split(".")
+  config[section][name] = value
+  with pytest.raises(ConfigError, match=message):
+    loop.validate(config, data_devices=1)
+
+
+def test_gpu_variant_names_its_checkpoint():
+  with pytest.raises(ConfigError, match="^config.model.checkpoint: "):
+    loop.validate(tg_config.get_config("gpu"), data_devices=1)
+
+
+def test_tokenizer_covers_every_word(world):
+  tokenizer = tokenizers.WordTokenizer(fw.vocabulary(world))
+  example = fw.make_examples(world, 1, 5)[0]
+  ids = tokenizer.encode(example.prompt + " " + example.target)
+  assert tokenizers.UNK_ID not in ids
+  assert (
+    output_words(tokenizer, np.array(ids + [2, 7]), len(ids) + 2)
+    == (example.prompt + " " + example.target).split()
+  )
