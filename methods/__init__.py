@@ -21,6 +21,7 @@ _MODULES = {
   "dgn_snn": "methods.dgn_snn",
   "if_mml": "methods.if_mml",
   "token_guard": "methods.token_guard",
+  "causal_delta": "methods.causal_delta",
 }
 
 
