@@ -57,6 +57,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.model.time_frequencies = 0  # sinusoid width of the timestep embedding; 0 = hidden
   config.model.checkpoint = ""  # DiT parameters to start from (then 0 training steps)
   config.model.checkpoint_format = "orbax"  # "orbax" (this DiT's params) | "latte" (.safetensors)
+  # compute dtype of the DiT: "float32" | "bfloat16" (parameters, Adam state and EMA stay float32;
+  # the time/position tables, LayerNorm statistics, attention softmax and the sampler's state are
+  # float32 either way)
+  config.model.dtype = "float32"
 
   config.diffusion = ml_collections.ConfigDict()
   config.diffusion.kind = "rectified_flow"  # "rectified_flow" (velocity) | "ddpm" (eps prediction)
@@ -118,6 +122,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       learn_sigma=True,
       time_frequencies=256,
       checkpoint_format="latte",
+      # half-precision sampling, as Latte's sample/sample.py does with use_fp16 (Open-Sora-Plan
+      # samples Latte with --mixed-precision bf16): dense layers and attention products in bf16; the
+      # residual stream (so the cached block outputs), softmax, LayerNorm statistics and the
+      # sampler's state stay float32 (core/nn/dit.py); 1.7x fewer activation bytes per step
+      # (experiments/bench_precision.py --cases=latte_gpu)
+      dtype="bfloat16",
     )
     config.model.checkpoint = ""  # required: a Latte state dict as .safetensors
     config.diffusion.kind = "ddpm"

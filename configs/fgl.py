@@ -61,6 +61,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.model.heads = 8  # GAT heads (hidden // heads features each)
   config.model.dropout = 0.5
   config.model.graph = "base"  # baselines: "base" (G) | "augmented" (G-hat, after the NAAM phase)
+  # compute dtype of every network's dense projections: "float32" | "bfloat16" (neighbour sums,
+  # softmaxes and the tree aggregation stay float32). float32 in every variant, gpu included: a
+  # Planetoid graph's full-batch step is a few hundred MB (bf16 saves 3% of its activation bytes,
+  # experiments/bench_precision.py --cases=fgl_gpu), its time goes to the graph aggregations, which
+  # stay float32 anyway, and Planetoid GNNs are customarily trained in float32
+  config.model.dtype = "float32"
 
   config.fgl = ml_collections.ConfigDict()
   config.fgl.scores = "estimator"  # "estimator" | "uniform" (s = 1) | "oracle" (s = p/q by label)

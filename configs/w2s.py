@@ -105,6 +105,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.enhanced.learning_rate = 0.05
   config.enhanced.steps = 300
 
+  config.model = ml_collections.ConfigDict()
+  # compute dtype of the strong backbone (pre-training and its frozen features): "float32" |
+  # "bfloat16"; parameters and Adam state stay float32, and the teacher and the heads are float32
+  # always (small, and their probabilities and entropies are what the paper measures)
+  config.model.dtype = "float32"
+
   config.pretrain = ml_collections.ConfigDict()  # the strong backbone (digits, tfds)
   config.pretrain.hidden = (128, 128)
   config.pretrain.learning_rate = 1e-3
@@ -177,6 +183,9 @@ def _gpu(config: ml_collections.ConfigDict) -> None:
   config.enhanced.steps = 2000
   config.head_batch_size = 4096
   config.pretrain.hidden = (2048, 2048, 1024)
+  # model.dtype stays float32: the backbone's 31.5M weights dwarf its activations at batch 512, so
+  # bf16 would add 63 MB of bf16 weight copies to save ~10 MB of activations
+  # (experiments/bench_precision.py --cases=w2s_gpu)
   config.pretrain.steps = 20000
   config.pretrain.batch_size = 512
   config.loop = common.loop_config(log_every=200, checkpoint_every=2000)

@@ -51,7 +51,7 @@ import optax
 
 from core import dcd_constructions
 from core.data import groups as groups_lib
-from core.nn import ssm
+from core.nn import precision, ssm
 from experiments.reports import figure_grid, markdown_table
 from methods.base import (
   ConfigError,
@@ -94,6 +94,7 @@ def model_of(config: ml_collections.ConfigDict, group: groups_lib.FiniteGroup) -
     num_layers=m.num_layers,
     kind=m.kind,
     scan_implementation=implementation,
+    dtype=precision.compute_dtype(m.dtype),
   )
 
 
@@ -267,6 +268,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
   require_choice(config, "model.kind", ssm.RECURRENCES)
   require_choice(config, "model.init", INITS)
   require_choice(config, "model.scan_implementation", SCAN_IMPLEMENTATIONS)
+  require_choice(config, "model.dtype", precision.DTYPE_NAMES)
   for field in (
     "model.d_model",
     "model.d_state",

@@ -36,6 +36,7 @@ import optax
 from core import diffusion
 from core import quant_diffusion as qd
 from core.data import batching, images
+from core.nn import precision
 from core.nn.mlp import TimeConditionedMLP
 from experiments.reports import figure_grid
 from methods.base import (
@@ -118,7 +119,12 @@ def grid_of(config: ml_collections.ConfigDict) -> qd.Grid:
 
 
 def backbone(config: ml_collections.ConfigDict) -> TimeConditionedMLP:
-  return TimeConditionedMLP(config.model.width, config.model.depth, config.model.time_features)
+  """The MLP at `config.model.dtype` (float32 parameters; its output is float32, so the bound and the
+  loss of `core/quant_diffusion.py` are computed in float32 whatever the compute dtype)."""
+  m = config.model
+  return TimeConditionedMLP(
+    m.width, m.depth, m.time_features, dtype=precision.compute_dtype(m.dtype)
+  )
 
 
 def _center(grid: qd.Grid) -> float:
@@ -328,6 +334,7 @@ def phases(config: ml_collections.ConfigDict) -> list[Phase]:
 
 def validate(config: ml_collections.ConfigDict) -> None:
   require_choice(config, "model.kind", KINDS)
+  require_choice(config, "model.dtype", precision.DTYPE_NAMES)
   levels = config.data.num_levels
   if config.data.name == "digits":
     require(

@@ -19,11 +19,21 @@ The forward is split so that samplers can cache block outputs (BWCache):
 `embed(x, t) -> (h0, c)`, `run_blocks(h0, c) -> (h_N, all block outputs (N, B, L, D))`,
 `head(h, c) -> velocity`, and `block_input_modulation(h0, c)` (block 0's AdaLN-modulated input, the
 signal TeaCache-style indicators read); `blockwise(net)` hands these to `core.block_cache`'s samplers.
+
+Precision (`dtype`, `param_dtype`; float32 by default): with `dtype = bfloat16` every dense layer
+and both attention products run in bfloat16 on bfloat16 activations; parameters stay `param_dtype`.
+Float32 whatever `dtype`, as under torch autocast: the residual stream (the tokens `embed` returns,
+each block's gated residual sum, hence the block outputs a cache stores: they accumulate 2N updates),
+the sinusoidal time and position tables, the LayerNorm statistics (flax reduces in float32), the
+attention softmax (`softmax_in_float32`), the head's output (the sampler's state) and block 0's
+modulated input (TeaCache sums its relative change).
 """
 
 from __future__ import annotations
 
+import functools
 import math
+from typing import Any
 
 import flax.linen as nn
 import jax
@@ -86,6 +96,13 @@ def latte_temporal_positions(frames: int, dim: int) -> jax.Array:
   return _sincos_1d(jnp.arange(frames, dtype=jnp.float32), dim)
 
 
+def softmax_in_float32(query: jax.Array, key: jax.Array, value: jax.Array, dtype=None) -> jax.Array:
+  """Scaled dot-product attention (no mask, no dropout) with the softmax in float32 and its weights
+  cast back to the values' dtype for the second product; an `attention_fn` of flax's attention."""
+  weights = nn.dot_product_attention_weights(query, key, dtype=dtype, force_fp32_for_softmax=True)
+  return jnp.einsum("...hqk,...khd->...qhd", weights.astype(value.dtype), value)
+
+
 def modulate(x: jax.Array, shift: jax.Array, scale: jax.Array) -> jax.Array:
   return x * (1.0 + scale[:, None]) + shift[:, None]
 
@@ -98,14 +115,23 @@ class DiTBlock(nn.Module):
   mlp_ratio: int
   tokens_per_frame: int
   attention: str  # "full" | "spatial" | "temporal"
+  dtype: Any = jnp.float32
+  param_dtype: Any = jnp.float32
 
   def setup(self):
-    self.modulation = nn.Dense(6 * self.hidden, kernel_init=nn.initializers.zeros)
-    self.norm1 = nn.LayerNorm(use_bias=False, use_scale=False)
-    self.norm2 = nn.LayerNorm(use_bias=False, use_scale=False)
-    self.attn = nn.MultiHeadDotProductAttention(num_heads=self.heads, qkv_features=self.hidden)
-    self.mlp_in = nn.Dense(self.mlp_ratio * self.hidden)
-    self.mlp_out = nn.Dense(self.hidden)
+    precision = {"dtype": self.dtype, "param_dtype": self.param_dtype}
+    dense = functools.partial(nn.Dense, **precision)
+    self.modulation = dense(6 * self.hidden, kernel_init=nn.initializers.zeros)
+    self.norm1 = nn.LayerNorm(use_bias=False, use_scale=False, **precision)
+    self.norm2 = nn.LayerNorm(use_bias=False, use_scale=False, **precision)
+    self.attn = nn.MultiHeadDotProductAttention(
+      num_heads=self.heads,
+      qkv_features=self.hidden,
+      attention_fn=softmax_in_float32,
+      **precision,
+    )
+    self.mlp_in = dense(self.mlp_ratio * self.hidden)
+    self.mlp_out = dense(self.hidden)
 
   def modulated_input(self, h: jax.Array, c: jax.Array) -> jax.Array:
     shift, scale = jnp.split(self.modulation(nn.silu(c)), 6, axis=-1)[:2]
@@ -125,6 +151,7 @@ class DiTBlock(nn.Module):
     )
 
   def __call__(self, h: jax.Array, c: jax.Array) -> jax.Array:
+    """`h` is the float32 residual stream; the sublayers' outputs join it in float32."""
     shift1, scale1, gate1, shift2, scale2, gate2 = jnp.split(
       self.modulation(nn.silu(c)), 6, axis=-1
     )
@@ -154,6 +181,8 @@ class VideoDiT(nn.Module):
   num_classes: int = 0  # > 0: class-conditional, table of num_classes + 1 rows (the last: no label)
   time_frequencies: int = 0  # sinusoid width of the timestep embedding; 0 = hidden (Latte: 256)
   time_scale: float = 1000.0  # the sinusoid sees time_scale * t
+  dtype: Any = jnp.float32  # compute dtype (module docstring: what stays float32)
+  param_dtype: Any = jnp.float32
 
   def setup(self):
     f, h, w, _ = self.video_shape
@@ -167,24 +196,33 @@ class VideoDiT(nn.Module):
     if self.positions == "latte" and (self.attention != "alternating" or self.hidden % 4):
       raise ValueError("positions='latte' needs attention='alternating' and hidden divisible by 4")
     self.grid = (f // pt, h // ph, w // pw)
-    self.patch_embed = nn.Dense(self.hidden)
-    self.time_in = nn.Dense(self.hidden)
-    self.time_out = nn.Dense(self.hidden)
+    precision = {"dtype": self.dtype, "param_dtype": self.param_dtype}
+    dense = functools.partial(nn.Dense, **precision)
+    self.patch_embed = dense(self.hidden)
+    self.time_in = dense(self.hidden)
+    self.time_out = dense(self.hidden)
     kinds = (
       ["full"] * self.depth if self.attention == "full" else ["spatial", "temporal"] * self.depth
     )
     self.blocks = [
-      DiTBlock(self.hidden, self.heads, self.mlp_ratio, self.grid[1] * self.grid[2], kinds[i])
+      DiTBlock(
+        self.hidden,
+        self.heads,
+        self.mlp_ratio,
+        self.grid[1] * self.grid[2],
+        kinds[i],
+        **precision,
+      )
       for i in range(self.depth)
     ]
-    self.final_modulation = nn.Dense(2 * self.hidden, kernel_init=nn.initializers.zeros)
-    self.final_norm = nn.LayerNorm(use_bias=False, use_scale=False)
-    self.final_linear = nn.Dense(
+    self.final_modulation = dense(2 * self.hidden, kernel_init=nn.initializers.zeros)
+    self.final_norm = nn.LayerNorm(use_bias=False, use_scale=False, **precision)
+    self.final_linear = dense(
       pt * ph * pw * self.video_shape[3] * (2 if self.learn_sigma else 1),
       kernel_init=nn.initializers.zeros,
     )
     if self.num_classes:
-      self.class_embed = nn.Embed(self.num_classes + 1, self.hidden)
+      self.class_embed = nn.Embed(self.num_classes + 1, self.hidden, **precision)
 
   def patchify(self, x: jax.Array) -> jax.Array:
     b, (gf, gh, gw), (pt, ph, pw) = x.shape[0], self.grid, self.patch
@@ -216,13 +254,14 @@ class VideoDiT(nn.Module):
       raise ValueError(
         f"expected x (B, *{tuple(self.video_shape)}) and t (B,), got {x.shape} and {t.shape}"
       )
-    h = self.patch_embed(self.patchify(x)) + self.token_positions()[None]
+    tokens = self.patch_embed(self.patchify(x)).astype(jnp.float32)  # the residual stream
+    h = tokens + self.token_positions()[None]
     frequencies = timestep_embedding(t, self.time_frequencies or self.hidden, scale=self.time_scale)
     c = self.time_out(nn.silu(self.time_in(frequencies)))
     if self.num_classes:
       labels = jnp.full(t.shape, self.num_classes) if labels is None else labels
       c = c + self.class_embed(labels)
-    return h, c
+    return h, c.astype(jnp.float32)
 
   def run_blocks(self, h: jax.Array, c: jax.Array) -> tuple[jax.Array, jax.Array]:
     """The last block's output and every block's output stacked `(N, B, L, D)`."""
@@ -235,13 +274,13 @@ class VideoDiT(nn.Module):
     return h, jnp.stack(outputs)
 
   def block_input_modulation(self, h: jax.Array, c: jax.Array) -> jax.Array:
-    return self.blocks[0].modulated_input(h, c)
+    return self.blocks[0].modulated_input(h, c).astype(jnp.float32)
 
   def head(self, h: jax.Array, c: jax.Array) -> jax.Array:
     """The final AdaLN + linear, unpatchified to `(B, F, H, W, C)` (the eps half with `learn_sigma`)."""
     shift, scale = jnp.split(self.final_modulation(nn.silu(c)), 2, axis=-1)
     out = self.unpatchify(self.final_linear(modulate(self.final_norm(h), shift, scale)))
-    return out[..., : self.video_shape[3]]
+    return out[..., : self.video_shape[3]].astype(jnp.float32)
 
   def __call__(self, x: jax.Array, t: jax.Array, labels: jax.Array | None = None) -> jax.Array:
     h, c = self.embed(x, t, labels)

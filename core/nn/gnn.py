@@ -17,11 +17,17 @@ Equations are those of "Forest-Based Graph Learning for Semi-Supervised Node Cla
 * `FGLStudent` (Eq. 10-11): H = ReLU(X W_B); RowNorm(local) + gamma * global; logits = W_H(.).
 * `NodeClassifier`: any of these modules with its calling convention on the full graph (which edge
   arrays it reads, whether it also returns attention), the one interface a training phase needs.
+
+Precision (`dtype`, `param_dtype`; float32 by default): with `dtype = bfloat16` the dense
+projections run in bfloat16; everything that sums over the graph stays float32 (the propagation's
+neighbour sums, attention logits and the segment softmax, the tree aggregation, RowNorm), and so do
+the returned logits and attention.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import flax.linen as nn
 import jax
@@ -31,6 +37,11 @@ import numpy as np
 from core import graph
 
 
+def _dense(module: nn.Module, features: int, **kwargs) -> nn.Dense:
+  """A Dense layer at `module`'s compute and parameter dtypes."""
+  return nn.Dense(features, dtype=module.dtype, param_dtype=module.param_dtype, **kwargs)
+
+
 class MLP(nn.Module):
   """`num_layers` dense layers with ReLU and dropout."""
 
@@ -38,14 +49,16 @@ class MLP(nn.Module):
   num_classes: int
   num_layers: int = 2
   dropout: float = 0.5
+  dtype: Any = jnp.float32
+  param_dtype: Any = jnp.float32
 
   @nn.compact
   def __call__(self, x, deterministic: bool = True):
     for _ in range(self.num_layers - 1):
       x = nn.Dropout(self.dropout, deterministic=deterministic)(x)
-      x = nn.relu(nn.Dense(self.hidden)(x))
+      x = nn.relu(_dense(self, self.hidden)(x))
     x = nn.Dropout(self.dropout, deterministic=deterministic)(x)
-    return nn.Dense(self.num_classes)(x)
+    return _dense(self, self.num_classes)(x).astype(jnp.float32)
 
 
 class GCN(nn.Module):
@@ -55,6 +68,8 @@ class GCN(nn.Module):
   num_classes: int
   num_layers: int = 2
   dropout: float = 0.5
+  dtype: Any = jnp.float32
+  param_dtype: Any = jnp.float32
 
   @nn.compact
   def __call__(self, x, senders, receivers, deterministic: bool = True):
@@ -63,7 +78,8 @@ class GCN(nn.Module):
     for layer in range(self.num_layers):
       width = self.num_classes if layer == self.num_layers - 1 else self.hidden
       x = nn.Dropout(self.dropout, deterministic=deterministic)(x)
-      x = graph.propagate(nn.Dense(width)(x), loop_senders, loop_receivers, weights, n)
+      projected = _dense(self, width)(x).astype(jnp.float32)  # neighbour sums in float32
+      x = graph.propagate(projected, loop_senders, loop_receivers, weights, n)
       if layer < self.num_layers - 1:
         x = nn.relu(x)
     return x
@@ -76,19 +92,20 @@ class GATLayer(nn.Module):
   heads: int
   concat: bool = True
   dropout: float = 0.5
+  dtype: Any = jnp.float32
+  param_dtype: Any = jnp.float32
 
   @nn.compact
   def __call__(self, x, senders, receivers, deterministic: bool = True):
     n = x.shape[0]
     loops = jnp.arange(n, dtype=senders.dtype)
     senders, receivers = jnp.concatenate([senders, loops]), jnp.concatenate([receivers, loops])
-    z = nn.Dense(self.heads * self.features, use_bias=False)(x).reshape(n, self.heads, -1)
-    source = self.param(
-      "attention_source", nn.initializers.glorot_uniform(), (self.heads, self.features)
-    )
-    target = self.param(
-      "attention_target", nn.initializers.glorot_uniform(), (self.heads, self.features)
-    )
+    z = _dense(self, self.heads * self.features, use_bias=False)(x)
+    # attention logits, the segment softmax and the neighbour sum in float32
+    z = z.astype(jnp.float32).reshape(n, self.heads, -1)
+    shape, init = (self.heads, self.features), nn.initializers.glorot_uniform()
+    source = self.param("attention_source", init, shape, self.param_dtype)
+    target = self.param("attention_target", init, shape, self.param_dtype)
     logits = nn.leaky_relu(
       (z * source).sum(-1)[senders] + (z * target).sum(-1)[receivers], negative_slope=0.2
     )
@@ -96,7 +113,7 @@ class GATLayer(nn.Module):
     attention = nn.Dropout(self.dropout, deterministic=deterministic)(attention)
     out = jax.ops.segment_sum(attention[..., None] * z[senders], receivers, num_segments=n)
     out = out.reshape(n, -1) if self.concat else out.mean(axis=1)
-    return out + self.param("bias", nn.initializers.zeros, (out.shape[-1],))
+    return out + self.param("bias", nn.initializers.zeros, (out.shape[-1],), self.param_dtype)
 
 
 class GAT(nn.Module):
@@ -107,15 +124,18 @@ class GAT(nn.Module):
   num_layers: int = 2
   heads: int = 8
   dropout: float = 0.5
+  dtype: Any = jnp.float32
+  param_dtype: Any = jnp.float32
 
   @nn.compact
   def __call__(self, x, senders, receivers, deterministic: bool = True):
+    precision = {"dtype": self.dtype, "param_dtype": self.param_dtype}
     for _ in range(self.num_layers - 1):
       x = nn.Dropout(self.dropout, deterministic=deterministic)(x)
-      layer = GATLayer(self.hidden // self.heads, self.heads, dropout=self.dropout)
+      layer = GATLayer(self.hidden // self.heads, self.heads, dropout=self.dropout, **precision)
       x = nn.elu(layer(x, senders, receivers, deterministic))
     x = nn.Dropout(self.dropout, deterministic=deterministic)(x)
-    out = GATLayer(self.num_classes, 1, concat=False, dropout=self.dropout)
+    out = GATLayer(self.num_classes, 1, concat=False, dropout=self.dropout, **precision)
     return out(x, senders, receivers, deterministic)
 
 
@@ -129,18 +149,24 @@ class AttentionEstimator(nn.Module):
   hidden: int
   num_classes: int
   dropout: float = 0.5
+  dtype: Any = jnp.float32
+  param_dtype: Any = jnp.float32
 
   @nn.compact
   def __call__(self, x, senders, receivers, deterministic: bool = True):
     n = x.shape[0]
     x = nn.Dropout(self.dropout, deterministic=deterministic)(x)
-    h = nn.relu(nn.Dense(self.hidden)(x))
-    q, k, v = (nn.Dense(self.hidden, name=name)(h) for name in ("query", "key", "value"))
+    h = nn.relu(_dense(self, self.hidden)(x))
+    # the projections in `dtype`; the logits' dot products, the softmax and the sum in float32
+    q, k, v = (
+      _dense(self, self.hidden, name=name)(h).astype(jnp.float32)
+      for name in ("query", "key", "value")
+    )
     logits = (q[receivers] * k[senders]).sum(-1) / np.sqrt(self.hidden)
     attention = graph.segment_softmax(logits, receivers, n)
     z = graph.propagate(v, senders, receivers, attention, n)
     z = nn.Dropout(self.dropout, deterministic=deterministic)(nn.relu(z))
-    return nn.Dense(self.num_classes)(z), attention
+    return _dense(self, self.num_classes)(z).astype(jnp.float32), attention
 
 
 class LocalModule(nn.Module):
@@ -208,11 +234,13 @@ class FGLStudent(nn.Module):
   dropout: float = 0.5
   use_global: bool = True
   implementation: str | None = None
+  dtype: Any = jnp.float32  # W_B and W_H; the local and tree aggregations stay float32
+  param_dtype: Any = jnp.float32
 
   @nn.compact
   def __call__(self, x, senders, receivers, attention, trees, deterministic: bool = True):
     x = nn.Dropout(self.dropout, deterministic=deterministic)(x)
-    h = nn.relu(nn.Dense(self.hidden, name="w_b")(x))
+    h = nn.relu(_dense(self, self.hidden, name="w_b")(x)).astype(jnp.float32)
     h = nn.Dropout(self.dropout, deterministic=deterministic)(h)
     fused = graph.row_norm(
       LocalModule(self.local_steps, self.beta_init)(h, senders, receivers, attention)
@@ -222,18 +250,26 @@ class FGLStudent(nn.Module):
       gamma = self.param("gamma", nn.initializers.constant(self.fusion_init), ())
       fused = fused + gamma * fuser(h, trees["parent"], trees["weight_up"], trees["weight_down"])
     fused = nn.Dropout(self.dropout, deterministic=deterministic)(fused)
-    return nn.Dense(self.num_classes, name="w_h")(fused)
+    return _dense(self, self.num_classes, name="w_h")(fused).astype(jnp.float32)
 
 
 def baseline(
-  kind: str, hidden: int, num_classes: int, num_layers: int, heads: int, dropout: float
+  kind: str,
+  hidden: int,
+  num_classes: int,
+  num_layers: int,
+  heads: int,
+  dropout: float,
+  dtype: Any = jnp.float32,
+  param_dtype: Any = jnp.float32,
 ) -> nn.Module:
   """The local baseline `kind` ("mlp" | "gcn" | "gat"); `heads` is read by GAT only."""
+  precision = {"dtype": dtype, "param_dtype": param_dtype}
   if kind == "mlp":
-    return MLP(hidden, num_classes, num_layers, dropout)
+    return MLP(hidden, num_classes, num_layers, dropout, **precision)
   if kind == "gcn":
-    return GCN(hidden, num_classes, num_layers, dropout)
-  return GAT(hidden, num_classes, num_layers, heads, dropout)
+    return GCN(hidden, num_classes, num_layers, dropout, **precision)
+  return GAT(hidden, num_classes, num_layers, heads, dropout, **precision)
 
 
 @dataclasses.dataclass(frozen=True)

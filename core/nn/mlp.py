@@ -1,6 +1,14 @@
-"""MLP backbones shared across papers."""
+"""MLP backbones shared across papers.
+
+Both take a compute `dtype` (e.g. bfloat16: dense layers and activations) and a `param_dtype` (float32
+parameters, so optimizer state and EMA stay float32), float32 by default; outputs are returned in
+float32 whatever the compute dtype, since losses and samplers read them (`core/nn/precision.py`).
+"""
 
 from __future__ import annotations
+
+import functools
+from typing import Any
 
 import flax.linen as nn
 import jax.numpy as jnp
@@ -30,19 +38,24 @@ class TimeConditionedMLP(nn.Module):
   width: int = 512
   depth: int = 3
   time_features: int = 64
+  dtype: Any = jnp.float32
+  param_dtype: Any = jnp.float32
 
   @nn.compact
   def __call__(self, x: jnp.ndarray, time: jnp.ndarray) -> jnp.ndarray:
     if x.ndim != 2 or time.shape != x.shape[:1]:
       raise ValueError(f"expected x (B, D) and time (B,), got {x.shape} and {time.shape}")
-    embedding = nn.Dense(self.width)(
-      nn.silu(nn.Dense(self.width)(fourier_features(time, self.time_features)))
+    dense = functools.partial(nn.Dense, dtype=self.dtype, param_dtype=self.param_dtype)
+    # the Fourier angles (up to 64 pi) are computed in float32; the first Dense casts the features
+    embedding = dense(self.width)(
+      nn.silu(dense(self.width)(fourier_features(time, self.time_features)))
     )
-    h = nn.Dense(self.width)(x)
+    h = dense(self.width)(x)
     for _ in range(self.depth - 1):
-      h = nn.Dense(self.width)(nn.silu(h + embedding))
+      h = dense(self.width)(nn.silu(h + embedding))
     h = nn.silu(h + embedding)
-    return nn.Dense(x.shape[-1], kernel_init=nn.initializers.zeros)(h)
+    out = dense(x.shape[-1], kernel_init=nn.initializers.zeros)(h)
+    return out.astype(jnp.float32)
 
 
 class MLP(nn.Module):
@@ -54,17 +67,24 @@ class MLP(nn.Module):
 
   hidden: tuple[int, ...]
   num_outputs: int
+  dtype: Any = jnp.float32
+  param_dtype: Any = jnp.float32
 
   def setup(self):
-    self.layers = [nn.Dense(width) for width in self.hidden]
-    self.readout = nn.Dense(self.num_outputs)
+    dense = functools.partial(nn.Dense, dtype=self.dtype, param_dtype=self.param_dtype)
+    self.layers = [dense(width) for width in self.hidden]
+    self.readout = dense(self.num_outputs)
 
-  def features(self, x: jnp.ndarray) -> jnp.ndarray:
+  def _hidden(self, x: jnp.ndarray) -> jnp.ndarray:
     if x.ndim != 2:
       raise ValueError(f"expected x (B, D), got shape {x.shape}")
     for layer in self.layers:
       x = nn.relu(layer(x))
     return x
 
+  def features(self, x: jnp.ndarray) -> jnp.ndarray:
+    """The last hidden layer in float32 (frozen features feed float32 heads)."""
+    return self._hidden(x).astype(jnp.float32)
+
   def __call__(self, x: jnp.ndarray) -> jnp.ndarray:
-    return self.readout(self.features(x))
+    return self.readout(self._hidden(x)).astype(jnp.float32)

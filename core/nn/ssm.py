@@ -33,11 +33,19 @@ Choices where the paper is open:
   `Dense(relu(Dense([Re h, Im h, u])))`, pointwise, so only the scan carries information across time.
 * The GRU baseline replaces the scan by a GRU with `2 * d_state` real units (the real size of the
   complex state) and keeps the same decoder and stack.
+
+Precision (`dtype`, `param_dtype`; float32 by default): with `dtype = bfloat16` the embedding, the
+input projection `b(u)`, the decoders and the residual stream are bfloat16. Float32 throughout: the
+eigenvalue projections (`Delta`, the angle; as Mamba keeps `dt` and `A` in float32: an angle error
+compounds over the T steps of the scan), the scan itself (complex64 state accumulation), the GRU's
+recurrent state, and the logits.
 """
 
 from __future__ import annotations
 
+import functools
 import math
+from typing import Any
 
 import flax.linen as nn
 import jax
@@ -86,31 +94,40 @@ class DCDLayer(nn.Module):
     d_state: number of complex state coordinates.
     kind: one of `EIGENVALUE_KINDS`.
     scan_implementation: passed to `ssm_scan` ("pallas", "xla", "sequential" or None for auto).
+    dtype: compute dtype of `b(u)` (the eigenvalues and the scan stay float32); param_dtype: storage.
   """
 
   d_state: int
   kind: str = "aussm"
   scan_implementation: str | None = None
+  dtype: Any = jnp.float32
+  param_dtype: Any = jnp.float32
 
   def setup(self):
     if self.kind not in EIGENVALUE_KINDS:
       raise ValueError(f"DCDLayer.kind must be one of {EIGENVALUE_KINDS}, got {self.kind!r}")
-    d = self.d_state
+    d, param_dtype = self.d_state, self.param_dtype
+    # the eigenvalue projections compute in float32 whatever `dtype` (module docstring)
+    eigen_dense = functools.partial(nn.Dense, dtype=jnp.float32, param_dtype=param_dtype)
     if self.kind == "s4d":
-      self.log_dt = self.param("log_dt", _log_dt_init, (d,))
-      self.log_neg_real = self.param("log_neg_real", nn.initializers.constant(math.log(0.5)), (d,))
+      self.log_dt = self.param("log_dt", _log_dt_init, (d,), param_dtype)
+      self.log_neg_real = self.param(
+        "log_neg_real", nn.initializers.constant(math.log(0.5)), (d,), param_dtype
+      )
       self.imag = self.param(
-        "imag", lambda k, s: jnp.pi * jnp.arange(s[0], dtype=jnp.float32), (d,)
+        "imag", lambda k, s, dtype: jnp.pi * jnp.arange(s[0], dtype=dtype), (d,), param_dtype
       )
     if self.kind in ("mamba", "neg_mamba", "aussm"):
       bias = _dt_bias_init if self.kind != "aussm" else nn.initializers.constant(UNIT_DELTA_BIAS)
-      self.delta = nn.Dense(d, bias_init=bias)
+      self.delta = eigen_dense(d, bias_init=bias)
     if self.kind in ("mamba", "neg_mamba"):
-      self.log_neg_lambda = self.param("log_neg_lambda", _log_arange_init, (d,))
+      self.log_neg_lambda = self.param("log_neg_lambda", _log_arange_init, (d,), param_dtype)
     if self.kind in ("aussm", "simple_aussm"):
-      self.angle = nn.Dense(d)
-    self.b_proj = nn.Dense(2 * d, kernel_init=nn.initializers.zeros)
-    self.h0 = self.param("h0", _h0_init, (2, d))
+      self.angle = eigen_dense(d)
+    self.b_proj = nn.Dense(
+      2 * d, kernel_init=nn.initializers.zeros, dtype=self.dtype, param_dtype=param_dtype
+    )
+    self.h0 = self.param("h0", _h0_init, (2, d), param_dtype)
 
   def eigenvalues(self, u: jax.Array) -> jax.Array:
     """`lambda(u_t)`, `[B, T, d_state]` complex64 (the paper's table of variants)."""
@@ -130,7 +147,8 @@ class DCDLayer(nn.Module):
   def __call__(self, u: jax.Array) -> jax.Array:
     if u.ndim != 3:
       raise ValueError(f"DCDLayer expects u of shape [batch, time, features], got {u.shape}")
-    b_re, b_im = jnp.split(self.b_proj(u), 2, axis=-1)
+    # the scan accumulates in complex64: b is cast up before it enters the state
+    b_re, b_im = jnp.split(self.b_proj(u).astype(jnp.float32), 2, axis=-1)
     b = jax.lax.complex(b_re, b_im)
     h0 = jnp.broadcast_to(jax.lax.complex(self.h0[0], self.h0[1]), (u.shape[0], self.d_state))
     return ssm_scan(self.eigenvalues(u), b, h0, implementation=self.scan_implementation)
@@ -144,16 +162,26 @@ class Block(nn.Module):
   d_hidden: int
   kind: str = "aussm"
   scan_implementation: str | None = None
+  dtype: Any = jnp.float32
+  param_dtype: Any = jnp.float32
 
   @nn.compact
   def __call__(self, u: jax.Array) -> jax.Array:
+    precision = {"dtype": self.dtype, "param_dtype": self.param_dtype}
     if self.kind == "gru":
-      features = nn.RNN(nn.GRUCell(2 * self.d_state), name="recurrence")(u)
+      # the GRU's recurrent state accumulates over time: float32 whatever `dtype`
+      cell = nn.GRUCell(2 * self.d_state, param_dtype=self.param_dtype)
+      features = nn.RNN(cell, name="recurrence")(u.astype(jnp.float32))
     else:
-      h = DCDLayer(self.d_state, self.kind, self.scan_implementation, name="recurrence")(u)
+      recurrence = DCDLayer(
+        self.d_state, self.kind, self.scan_implementation, **precision, name="recurrence"
+      )
+      h = recurrence(u)
       features = jnp.concatenate([h.real, h.imag], axis=-1)
-    hidden = nn.relu(nn.Dense(self.d_hidden, name="hidden")(jnp.concatenate([features, u], -1)))
-    return nn.Dense(self.d_model, name="out")(hidden)
+    dense = functools.partial(nn.Dense, **precision)
+    decoder_input = jnp.concatenate([features.astype(self.dtype), u], -1)
+    hidden = nn.relu(dense(self.d_hidden, name="hidden")(decoder_input))
+    return dense(self.d_model, name="out")(hidden)
 
 
 class StateTracker(nn.Module):
@@ -170,6 +198,8 @@ class StateTracker(nn.Module):
   num_layers: int = 1
   kind: str = "aussm"
   scan_implementation: str | None = None
+  dtype: Any = jnp.float32  # compute dtype (module docstring: what stays float32)
+  param_dtype: Any = jnp.float32
 
   @nn.compact
   def __call__(self, tokens: jax.Array) -> jax.Array:
@@ -177,7 +207,8 @@ class StateTracker(nn.Module):
       raise ValueError(f"StateTracker expects tokens of shape [batch, time], got {tokens.shape}")
     if self.kind not in RECURRENCES:
       raise ValueError(f"StateTracker.kind must be one of {RECURRENCES}, got {self.kind!r}")
-    embedding = nn.Embed(self.vocab_size, self.d_model, name="embed")(tokens)
+    precision = {"dtype": self.dtype, "param_dtype": self.param_dtype}
+    embedding = nn.Embed(self.vocab_size, self.d_model, **precision, name="embed")(tokens)
     u = embedding
     for index in range(self.num_layers):
       block = Block(
@@ -186,7 +217,9 @@ class StateTracker(nn.Module):
         self.d_hidden,
         self.kind,
         self.scan_implementation,
+        **precision,
         name=f"layer_{index}",
       )
       u = block(u) + embedding
-    return nn.Dense(self.num_classes, name="readout")(u)
+    logits = nn.Dense(self.num_classes, **precision, name="readout")(u)
+    return logits.astype(jnp.float32)  # the cross-entropy's log-sum-exp reads float32 logits

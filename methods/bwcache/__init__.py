@@ -33,6 +33,7 @@ from __future__ import annotations
 import ml_collections
 
 from core import diffusion
+from core.nn import precision
 from methods.base import Method, require, require_choice, require_file, require_positive_int
 from methods.bwcache.phases import (
   DATA_RANGE,
@@ -77,6 +78,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
   ):
     require_positive_int(config, field)
   require_choice(config, "model.attention", ("full", "alternating"))
+  require_choice(config, "model.dtype", precision.DTYPE_NAMES)
   require_choice(config, "cache.reuse_mode", ("output", "residual"))
   f, s = config.data.frames, config.data.size
   pt, ph, pw = config.model.patch

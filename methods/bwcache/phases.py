@@ -15,7 +15,7 @@ import optax
 
 from core import block_cache, diffusion, image_metrics
 from core.data import videos
-from core.nn import dit_convert
+from core.nn import dit_convert, precision
 from core.nn.dit import VideoDiT
 from core.nn.dit import blockwise as dit_blockwise
 from experiments.reports import figure_grid
@@ -35,7 +35,9 @@ def video_shape(config) -> tuple[int, int, int, int]:
 
 
 def dit(config) -> VideoDiT:
-  """The DiT; its time input is `t in [0, 1]` for rectified flow and the step `n` for DDPM (as DiT)."""
+  """The DiT; its time input is `t in [0, 1]` for rectified flow and the step `n` for DDPM (as DiT).
+  `config.model.dtype` is its compute dtype (float32 parameters; `core/nn/dit.py` says what stays
+  float32)."""
   m = config.model
   return VideoDiT(
     video_shape(config),
@@ -50,6 +52,7 @@ def dit(config) -> VideoDiT:
     num_classes=m.num_classes,
     time_frequencies=m.time_frequencies,
     time_scale=1.0 if config.diffusion.kind == "ddpm" else 1000.0,
+    dtype=precision.compute_dtype(m.dtype),
   )
 
 

@@ -51,6 +51,7 @@ from __future__ import annotations
 import ml_collections
 
 from core.data.forests import Forest, TreeSource
+from core.nn import precision
 from methods.base import Method, lookup, require, require_choice, require_positive_int
 from methods.fgl.phases import auc, forest_inputs, load_dataset, phases
 from methods.fgl.study import ARMS, report, study_arms
@@ -87,6 +88,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
   require_choice(config, "data.split", ("few_label", "public"))
   require_choice(config, "model.kind", KINDS)
   require_choice(config, "model.graph", ("base", "augmented"))
+  require_choice(config, "model.dtype", precision.DTYPE_NAMES)
   require_choice(config, "fgl.scores", SCORES)
   require_choice(config, "fgl.naam", ("auto", "gcn", "mlp"))
   require_choice(config, "fgl.implementation", IMPLEMENTATIONS)

@@ -19,7 +19,7 @@ from scipy.stats import rankdata
 
 from core import graph as graph_lib
 from core.data import forests, graphs
-from core.nn import gnn
+from core.nn import gnn, precision
 from methods.base import Phase, cached_per_config
 
 # Seed-sequence word of the uniform comparison trees (training rounds use 0, 1, 2, ...).
@@ -58,10 +58,24 @@ def _dataset(data: ml_collections.ConfigDict) -> graphs.GraphDataset:
   return graphs.graph_dataset(graph, split)
 
 
+def compute_dtype(config):
+  """`config.model.dtype` for every network of the pipeline (`core/nn/gnn.py` keeps the graph sums,
+  softmaxes and tree aggregation in float32 whatever it is)."""
+  return precision.compute_dtype(config.model.dtype)
+
+
 def baseline_module(config, kind: str, num_classes: int, num_layers: int | None = None):
   model = config.model
   layers = num_layers or model.num_layers
-  return gnn.baseline(kind, model.hidden, num_classes, layers, model.heads, model.dropout)
+  return gnn.baseline(
+    kind,
+    model.hidden,
+    num_classes,
+    layers,
+    model.heads,
+    model.dropout,
+    dtype=compute_dtype(config),
+  )
 
 
 def student_module(config, num_classes: int) -> gnn.FGLStudent:
@@ -77,6 +91,7 @@ def student_module(config, num_classes: int) -> gnn.FGLStudent:
     dropout=config.model.dropout,
     use_global=fgl.use_global,
     implementation=fgl.implementation or None,
+    dtype=compute_dtype(config),
   )
 
 
@@ -288,7 +303,10 @@ def given_scores(config, data: graphs.GraphDataset, senders, receivers) -> np.nd
 
 def estimator_phase(config, data: graphs.GraphDataset) -> Phase:
   module = gnn.AttentionEstimator(
-    config.fgl.estimator_hidden, data.graph.num_classes, config.model.dropout
+    config.fgl.estimator_hidden,
+    data.graph.num_classes,
+    config.model.dropout,
+    dtype=compute_dtype(config),
   )
   model = gnn.NodeClassifier("estimator", module, data.features)
 

@@ -71,6 +71,7 @@ import numpy as np
 
 from core.data import images
 from core.data.spurious_splits import NUM_GROUPS
+from core.nn import precision
 from methods.base import (
   Method,
   require,
@@ -208,6 +209,7 @@ def _validate_digits(config) -> None:
 
 def validate(config: ml_collections.ConfigDict) -> None:
   require_choice(config, "task", TASKS)
+  require_choice(config, "model.dtype", precision.DTYPE_NAMES)
   require_positive_int(config, "num_seeds")
   if config.task == "regression":
     _validate_regression(config)

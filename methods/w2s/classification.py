@@ -30,6 +30,7 @@ from core import w2s
 from core.data import images, spurious_splits
 from core.data import spurious as spurious_data
 from core.data.spurious_splits import NUM_GROUPS, GroupData
+from core.nn import precision
 from core.nn.mlp import MLP
 from methods.base import Phase, cached_per_config
 from methods.w2s.phases import runtime_barrier
@@ -133,7 +134,10 @@ def head_model() -> MLP:
 
 
 def backbone_model(config, num_classes: int) -> MLP:
-  return MLP(hidden=tuple(config.pretrain.hidden), num_outputs=num_classes)
+  """The strong backbone at `config.model.dtype`; its features reach the heads in float32. The teacher
+  and the heads stay float32: they are small, and their probabilities are what the paper measures."""
+  dtype = precision.compute_dtype(config.model.dtype)
+  return MLP(hidden=tuple(config.pretrain.hidden), num_outputs=num_classes, dtype=dtype)
 
 
 def _flat_apply(fn, x: jax.Array) -> jax.Array:
