@@ -32,6 +32,16 @@ Choices:
     write each row at its own slot) and the queries attend over the whole cache under `mask`
     (`attention.causal_mask(q_positions=positions)` hides unwritten slots). The updated cache is
     returned. A cache holds one sequence per row: packed segments are for training only.
+  * Sets instead of sequences: `use_rope = False` drops the rotary embedding, so attention is
+    permutation-equivariant (transformer neural processes: "Efficient Autoregressive Inference for
+    Transformer Probabilistic Models", ICLR 2026); `positions` then only name cache slots.
+  * A shared read-only prefix (`shared_cache=`, same layout as a cache with batch 1 or B): every
+    row's queries also see these per-layer keys/values, all of them, in the same softmax as their
+    own keys (of `cache`, or of the call's tokens), to which `mask` applies. One encoded context
+    serves many sample streams without being copied per row; the attention is
+    `kernels.buffer_attention` (`shared_attention_implementation`) when `mask` is none or causal
+    with query positions only (a prefix of each row's own keys), else the broadcast prefix under
+    the dense mask.
 """
 
 from __future__ import annotations
@@ -67,6 +77,43 @@ def rope(x: jax.Array, positions: jax.Array, base: float = 10_000.0) -> jax.Arra
   return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(x.dtype)
 
 
+def own_key_lengths(mask, batch: int, q_len: int, kv_len: int) -> jax.Array | None:
+  """`[B, Lq]` counts of leading own keys each query sees, where `mask` says exactly that (none, or
+  causal over default key positions with query positions only); None for any other mask."""
+  mask = attention_lib.as_mask(mask)
+  rest = () if mask is None else (mask.kv_positions, mask.prefix_lengths, mask.segment_ids)
+  rest += () if mask is None else (mask.kv_valid, mask.dense)
+  if any(part is not None for part in rest):
+    return None
+  if mask is None or not mask.causal:
+    return jnp.full((batch, q_len), kv_len, jnp.int32)
+  positions = jnp.broadcast_to(attention_lib._positions(mask.q_positions, q_len), (batch, q_len))
+  return jnp.clip(positions + 1, 0, kv_len)
+
+
+def shared_prefix_attention(q, shared_k, shared_v, k, v, mask, implementation=None) -> jax.Array:
+  """Attention of `q [B, Lq, H, D]` over `[shared prefix (all visible), own keys under mask]`.
+
+  `shared_k/v`: `[1 or B, N, kv_heads, D]`. Uses `kernels.buffer_attention` (no per-row copy of
+  the prefix) when the mask is a prefix of the own keys (`own_key_lengths`), else broadcasts.
+  """
+  from kernels.buffer_attention import buffer_attention  # Pallas imports only when used
+
+  batch, q_len = q.shape[:2]
+  lengths = own_key_lengths(mask, batch, q_len, k.shape[1])
+  shared_k, shared_v = shared_k.astype(q.dtype), shared_v.astype(q.dtype)
+  if lengths is not None:
+    return buffer_attention(q, shared_k, shared_v, k, v, lengths, implementation=implementation)
+
+  def widen(prefix, own):
+    return jnp.concatenate([jnp.broadcast_to(prefix, (batch,) + prefix.shape[1:]), own], axis=1)
+
+  own_mask = attention_lib.as_mask(mask).to_dense(batch, q_len, k.shape[1])
+  seen = jnp.ones(own_mask.shape[:3] + (shared_k.shape[1],), bool)
+  dense = jnp.concatenate([seen, own_mask], axis=-1)
+  return attention_lib.attention(q, widen(shared_k, k), widen(shared_v, v), dense)
+
+
 def write_cache(cache, layer: int, k: jax.Array, v: jax.Array, positions: jax.Array):
   """Writes `k, v [B, L, kv_heads, head_dim]` of layer `layer` at slots `positions [B, L]`; slots
   past the cache's end are dropped."""
@@ -88,20 +135,27 @@ class SelfAttention(nn.Module):
   implementation: str | None = None
   dtype: Any = jnp.float32
   param_dtype: Any = jnp.float32
+  use_rope: bool = True
+  shared_implementation: str | None = None
 
   @nn.compact
-  def __call__(self, x, positions, mask, cache):
+  def __call__(self, x, positions, mask, cache, shared_cache=None):
     dense = functools.partial(
       nn.DenseGeneral, use_bias=False, dtype=self.dtype, param_dtype=self.param_dtype
     )
     q = dense((self.num_heads, self.head_dim), name="query")(x)
     k = dense((self.num_kv_heads, self.head_dim), name="key")(x)
     v = dense((self.num_kv_heads, self.head_dim), name="value")(x)
-    q, k = rope(q, positions, self.rope_base), rope(k, positions, self.rope_base)
+    if self.use_rope:
+      q, k = rope(q, positions, self.rope_base), rope(k, positions, self.rope_base)
     if cache is not None:
       cache = write_cache(cache, self.layer, k, v, positions)
       k, v = cache["k"][self.layer].astype(q.dtype), cache["v"][self.layer].astype(q.dtype)
-    out = attention_lib.attention(q, k, v, mask, implementation=self.implementation)
+    if shared_cache is None:
+      out = attention_lib.attention(q, k, v, mask, implementation=self.implementation)
+    else:
+      shared_k, shared_v = shared_cache["k"][self.layer], shared_cache["v"][self.layer]
+      out = shared_prefix_attention(q, shared_k, shared_v, k, v, mask, self.shared_implementation)
     return dense(x.shape[-1], axis=(-2, -1), name="out")(out), cache
 
 
@@ -139,9 +193,11 @@ class Block(nn.Module):
   implementation: str | None = None
   dtype: Any = jnp.float32
   param_dtype: Any = jnp.float32
+  use_rope: bool = True
+  shared_implementation: str | None = None
 
   @nn.compact
-  def __call__(self, x, positions, mask, cache):
+  def __call__(self, x, positions, mask, cache, shared_cache=None):
     norm = functools.partial(
       nn.RMSNorm, epsilon=self.norm_eps, dtype=self.dtype, param_dtype=self.param_dtype
     )
@@ -154,8 +210,10 @@ class Block(nn.Module):
       self.implementation,
       self.dtype,
       self.param_dtype,
+      self.use_rope,
+      self.shared_implementation,
       name="attention",
-    )(norm(name="attention_norm")(x), positions, mask, cache)
+    )(norm(name="attention_norm")(x), positions, mask, cache, shared_cache)
     x = x + h
     mlp = Mlp(self.mlp, self.mlp_hidden, self.dtype, self.param_dtype, name="mlp")
     return x + mlp(norm(name="mlp_norm")(x)), cache
@@ -167,7 +225,8 @@ class Transformer(nn.Module):
   Attributes:
     vocab_size: token vocabulary; 0 for a model on continuous inputs only (no logits).
     width: model width D.
-    depth: number of blocks.
+    depth: number of blocks; 0 gives `logits = head(RMSNorm(embed(token)))`, a context-1 (bigram)
+      model with the same tables and head as the deeper stacks.
     num_heads: query heads; divides `width`, and `width / num_heads` is even (RoPE).
     num_kv_heads: key/value heads (grouped-query attention); None = `num_heads`.
     mlp: "swiglu" or "gelu".
@@ -179,6 +238,9 @@ class Transformer(nn.Module):
     attention_implementation: see `core.nn.attention.attention`.
     remat: recompute each block's activations in the backward pass (memory for compute).
     dtype: compute dtype (e.g. bfloat16); param_dtype: storage dtype of the parameters.
+    use_rope: rotary position embeddings; False for set inputs (positions then only name slots).
+    shared_attention_implementation: `kernels.buffer_attention`'s implementation for calls with
+      a `shared_cache` (None: the kernel on GPU/TPU, XLA on CPU).
   """
 
   vocab_size: int
@@ -196,6 +258,8 @@ class Transformer(nn.Module):
   remat: bool = False
   dtype: Any = jnp.float32
   param_dtype: Any = jnp.float32
+  use_rope: bool = True
+  shared_attention_implementation: str | None = None
 
   @property
   def kv_heads(self) -> int:
@@ -213,9 +277,11 @@ class Transformer(nn.Module):
 
   def check(self) -> None:
     """Raises ValueError naming the attribute that cannot work."""
-    for name in ("width", "depth", "num_heads", "kv_heads"):
+    for name in ("width", "num_heads", "kv_heads"):
       if getattr(self, name) <= 0:
         raise ValueError(f"Transformer: {name} must be positive, got {getattr(self, name)}")
+    if self.depth < 0:
+      raise ValueError(f"Transformer: depth must be >= 0, got {self.depth}")
     if self.width % self.num_heads:
       raise ValueError(f"Transformer: num_heads={self.num_heads} must divide width={self.width}")
     if self.head_dim % 2:
@@ -237,6 +303,7 @@ class Transformer(nn.Module):
     positions: jax.Array | None = None,
     mask: attention_lib.Mask | jax.Array | None = None,
     cache: dict[str, jax.Array] | None = None,
+    shared_cache: dict[str, jax.Array] | None = None,
     return_hidden: bool = False,
   ) -> TransformerOutput:
     """Runs the stack.
@@ -249,6 +316,8 @@ class Transformer(nn.Module):
       positions: int `[B or 1, L]` RoPE positions, and cache slots with `cache`; default `0..L-1`.
       mask: an `attention.Mask` or boolean `[B or 1, 1 or H, L, L_keys]`; None = no mask.
       cache: `init_cache(...)`'s dict; the keys are then the cache's `max_len` slots.
+      shared_cache: a read-only `{"k", "v"}` of `[depth, 1 or B, N, kv_heads, head_dim]` (e.g. the
+        `cache` a prefill returned) that every query also sees, whole (module docstring).
       return_hidden: also return every block's output, `[depth + 1, B, L, D]`.
     """
     self.check()
@@ -272,6 +341,8 @@ class Transformer(nn.Module):
         raise ValueError(
           "Transformer: mask is required with a cache (e.g. causal_mask(q_positions=positions))"
         )
+    if shared_cache is not None:
+      self._check_cache(shared_cache, batch, shared=True)
     block = nn.remat(Block) if self.remat else Block
     hidden = [x]
     for layer in range(self.depth):
@@ -287,8 +358,10 @@ class Transformer(nn.Module):
         self.attention_implementation,
         self.dtype,
         self.param_dtype,
+        self.use_rope,
+        self.shared_attention_implementation,
         name=f"block_{layer}",
-      )(x, positions, mask, cache)
+      )(x, positions, mask, cache, shared_cache)
       hidden.append(x)
     features = nn.RMSNorm(
       epsilon=self.norm_eps, dtype=self.dtype, param_dtype=self.param_dtype, name="final_norm"
@@ -370,16 +443,19 @@ class Transformer(nn.Module):
       )
     return jnp.broadcast_to(jnp.asarray(positions, jnp.int32), (batch, length))
 
-  def _check_cache(self, cache, batch: int) -> None:
+  def _check_cache(self, cache, batch: int, shared: bool = False) -> None:
+    what = "shared_cache" if shared else "cache"
     if not isinstance(cache, dict) or set(cache) != {"k", "v"}:
-      raise ValueError("Transformer: cache must be init_cache(...)'s dict with keys 'k' and 'v'")
+      raise ValueError(f"Transformer: {what} must be init_cache(...)'s dict with keys 'k' and 'v'")
+    rows = (1, batch) if shared else (batch,)
     for name, array in cache.items():
       shape = np.shape(array)
-      expected = (self.depth, batch, self.kv_heads, self.head_dim)
-      if len(shape) != 5 or (shape[0], shape[1], shape[3], shape[4]) != expected:
+      ok = len(shape) == 5 and shape[1] in rows and shape[2] >= (1 if shared else 0)
+      if not ok or (shape[0], shape[3], shape[4]) != (self.depth, self.kv_heads, self.head_dim):
         raise ValueError(
-          f"Transformer: cache['{name}'] must have shape [depth={self.depth}, batch={batch}, "
-          f"max_len, kv_heads={self.kv_heads}, head_dim={self.head_dim}], got {shape}"
+          f"Transformer: {what}['{name}'] must have shape [depth={self.depth}, batch="
+          f"{' or '.join(map(str, rows))}, max_len, kv_heads={self.kv_heads}, head_dim="
+          f"{self.head_dim}], got {shape}"
         )
 
 
