@@ -20,6 +20,9 @@ _MODULES = {
   "sgd_porous": "methods.sgd_porous",
   "dgn_snn": "methods.dgn_snn",
   "if_mml": "methods.if_mml",
+  "dlm_revision": "methods.dlm_revision",
+  "ar_buffer": "methods.ar_buffer",
+  "fastmix": "methods.fastmix",
   "token_guard": "methods.token_guard",
   "causal_delta": "methods.causal_delta",
 }
