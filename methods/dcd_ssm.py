@@ -49,7 +49,7 @@ import ml_collections
 import numpy as np
 import optax
 
-from core import dcd_constructions
+from core import dcd_constructions, optim
 from core.data import groups as groups_lib
 from core.nn import precision, ssm
 from experiments.reports import figure_grid, markdown_table
@@ -110,11 +110,9 @@ def cascade_of(config: ml_collections.ConfigDict) -> dcd_constructions.Cascade:
 
 def optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransformation:
   """Adam with linear warmup and cosine decay (E2), global-norm clipping."""
-  warmup = min(config.optim.warmup_steps, config.steps // 2)
-  schedule = optax.warmup_cosine_decay_schedule(
-    0.0, config.optim.learning_rate, warmup, max(config.steps, 1)
-  )
-  return optax.chain(optax.clip_by_global_norm(config.optim.grad_clip), optax.adam(schedule))
+  o = config.optim
+  schedule = optim.warmup_cosine(o.learning_rate, o.warmup_steps, config.steps)
+  return optim.clipped_adam(schedule, o.grad_clip)
 
 
 def initial_params(config, model, group, rng) -> dict:

@@ -38,7 +38,7 @@ import numpy as np
 import optax
 from absl import logging
 
-from core import decoding
+from core import decoding, optim
 from core.data import batching, text, tokenizers
 from core.nn import attention
 from core.nn.transformer import Transformer
@@ -175,14 +175,9 @@ def make_model(config: ml_collections.ConfigDict, vocab_size: int) -> Transforme
 
 def optimizer(config) -> optax.GradientTransformation:
   """AdamW on a warmup-cosine schedule (warmup capped at half the run), global-norm clipping."""
-  warmup = min(config.optim.warmup_steps, config.steps // 2)
-  schedule = optax.warmup_cosine_decay_schedule(
-    0.0, config.optim.learning_rate, warmup, config.steps
-  )
-  return optax.chain(
-    optax.clip_by_global_norm(config.optim.grad_clip),
-    optax.adamw(schedule, b2=0.95, weight_decay=config.optim.weight_decay),
-  )
+  o = config.optim
+  schedule = optim.warmup_cosine(o.learning_rate, o.warmup_steps, config.steps)
+  return optim.clipped_adam(schedule, o.grad_clip, o.weight_decay, b2=0.95)
 
 
 def init_state(config, model: Transformer, rng, inputs=None):

@@ -19,6 +19,7 @@ import optax
 from absl import logging
 
 from core import neural_process as tnp
+from core import optim
 from core.data import gp_tasks
 from experiments.reports import figure_grid
 from methods.base import Phase, cached_per_config
@@ -61,14 +62,9 @@ def make_model(config: ml_collections.ConfigDict) -> tnp.BufferTNP:
 
 def optimizer(config) -> optax.GradientTransformation:
   """AdamW (beta2 0.95) on a warmup-cosine schedule, global-norm clipping."""
-  warmup = min(config.optim.warmup_steps, config.steps // 2)
-  schedule = optax.warmup_cosine_decay_schedule(
-    0.0, config.optim.learning_rate, warmup, config.steps
-  )
-  return optax.chain(
-    optax.clip_by_global_norm(config.optim.grad_clip),
-    optax.adamw(schedule, b2=0.95, weight_decay=config.optim.weight_decay),
-  )
+  o = config.optim
+  schedule = optim.warmup_cosine(o.learning_rate, o.warmup_steps, config.steps)
+  return optim.clipped_adam(schedule, o.grad_clip, o.weight_decay, b2=0.95)
 
 
 # ---------------------------------------------------------------------------------------------------

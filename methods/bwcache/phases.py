@@ -13,7 +13,7 @@ import ml_collections
 import numpy as np
 import optax
 
-from core import block_cache, diffusion, image_metrics
+from core import block_cache, diffusion, image_metrics, optim
 from core.data import videos
 from core.nn import dit_convert, precision
 from core.nn.dit import VideoDiT
@@ -75,11 +75,9 @@ def blockwise(config) -> block_cache.BlockwiseModel:
 
 
 def optimizer(config) -> optax.GradientTransformation:
-  warmup = min(config.optim.warmup_steps, config.steps // 2)
-  schedule = optax.warmup_cosine_decay_schedule(
-    0.0, config.optim.learning_rate, warmup, max(config.steps, 1)
-  )
-  return optax.chain(optax.clip_by_global_norm(config.optim.grad_clip), optax.adamw(schedule))
+  o = config.optim
+  schedule = optim.warmup_cosine(o.learning_rate, o.warmup_steps, config.steps)
+  return optim.clipped_adam(schedule, o.grad_clip, weight_decay=1e-4)  # optax.adamw's default
 
 
 def init_train_state(config, rng, inputs=None):

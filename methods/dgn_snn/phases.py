@@ -15,6 +15,7 @@ import ml_collections
 import numpy as np
 import optax
 
+from core import optim
 from core import spiking_stability as stability
 from core.data import batching
 from core.data import spikes as spike_data
@@ -132,11 +133,9 @@ def train_batches(config: ml_collections.ConfigDict) -> SeedStackedBatches:
 
 def optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransformation:
   """Adam on a warmup-cosine schedule with global-norm clipping (BPTT through Eq. 7)."""
-  warmup = min(config.optim.warmup_steps, config.steps // 2)
-  schedule = optax.warmup_cosine_decay_schedule(
-    0.0, config.optim.learning_rate, warmup, config.steps
-  )
-  return optax.chain(optax.clip_by_global_norm(config.optim.grad_clip), optax.adam(schedule))
+  o = config.optim
+  schedule = optim.warmup_cosine(o.learning_rate, o.warmup_steps, config.steps)
+  return optim.clipped_adam(schedule, o.grad_clip)
 
 
 def init_state(config: ml_collections.ConfigDict, rng, inputs=None) -> dict:

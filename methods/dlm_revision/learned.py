@@ -15,6 +15,7 @@ import numpy as np
 import optax
 
 from core import masked_diffusion as md
+from core import optim
 from core.data import batching, parity
 from methods.base import cached_per_config, config_key
 
@@ -50,14 +51,9 @@ def make_model(config) -> md.Denoiser:
 
 def optimizer(config) -> optax.GradientTransformation:
   """AdamW on a warmup-cosine schedule (warmup capped at half the run), global-norm clipping."""
-  warmup = min(config.optim.warmup_steps, config.steps // 2)
-  schedule = optax.warmup_cosine_decay_schedule(
-    0.0, config.optim.learning_rate, warmup, config.steps
-  )
-  return optax.chain(
-    optax.clip_by_global_norm(config.optim.grad_clip),
-    optax.adamw(schedule, weight_decay=config.optim.weight_decay),
-  )
+  o = config.optim
+  schedule = optim.warmup_cosine(o.learning_rate, o.warmup_steps, config.steps)
+  return optim.clipped_adam(schedule, o.grad_clip, o.weight_decay)
 
 
 def train_data(config):

@@ -18,6 +18,7 @@ import optax
 
 from core import dlm_programs as programs
 from core import masked_diffusion as md
+from core import optim
 from core.data import parity
 
 MASK_ID = programs.MASK
@@ -176,11 +177,8 @@ def space_init(config, rng, inputs=None) -> dict:
 def space_optimizer(config) -> optax.GradientTransformation:
   """Adam on a warmup-cosine schedule; every transition model has its own parameters, so the sum of
   their losses trains each on its own gradient (no clipping: it would couple them)."""
-  steps = max(config.space.train_steps, 1)
-  schedule = optax.warmup_cosine_decay_schedule(
-    0.0, config.space.learning_rate, min(100, steps // 2), steps
-  )
-  return optax.adam(schedule)
+  schedule = optim.warmup_cosine(config.space.learning_rate, 100, config.space.train_steps)
+  return optim.clipped_adam(schedule, grad_clip=None)
 
 
 def _transition_loss(config, kind: str, n: int, params, rng) -> jax.Array:
