@@ -337,6 +337,7 @@ def npg_joint_loss(
   entropy_coef: float,
   bootstrap_current_state: bool = False,
   time_limit_terminal: bool = False,
+  old_logits: jax.Array | None = None,
 ) -> tuple[jax.Array, dict]:
   """The NN-NPG loss of the released code of Zou et al. (ICLR 2026; conniemessi/TD-and-PPO-in-RKHS,
   `main_discrete.py`): one head `f = apply_fn(params, obs)` gives the logits of pi and Q at once, and
@@ -347,10 +348,16 @@ def npg_joint_loss(
   with Qbar and the target stop-gradient. The released code's quirks are flags: it weights Qbar(s', .)
   by pi(.|s) (`bootstrap_current_state`) and treats a time-limit truncation as terminal
   (`time_limit_terminal`). Returns the loss and `critic_loss`, `kl`, `entropy`.
+
+  One forward pass of `params` covers s and s' (stacked rows); `old_logits`, pi_old's outputs on
+  `batch.obs`, can be computed once per update by the caller (pi_old is fixed during it) instead of
+  once per minibatch from `old_params`.
   """
-  logits = apply_fn(params, batch.obs)
-  next_q = jax.lax.stop_gradient(apply_fn(params, batch.next_obs))
-  old_logits = apply_fn(old_params, batch.obs)
+  rows = batch.obs.shape[0]
+  both = apply_fn(params, jnp.concatenate([batch.obs, batch.next_obs]))
+  logits, next_q = both[:rows], jax.lax.stop_gradient(both[rows:])
+  if old_logits is None:
+    old_logits = apply_fn(old_params, batch.obs)
   q_bar = jax.lax.stop_gradient(logits)
   probs = jax.nn.softmax(logits)
   kl = categorical_kl(logits, old_logits)

@@ -310,6 +310,37 @@ def test_ppo_clip_loss_is_the_clipped_surrogate():
   )
 
 
+def test_npg_loss_with_precomputed_old_logits_equals_the_per_minibatch_passes():
+  """The update computes pi_old's outputs once (`old_logits`) and s, s' in one stacked pass; the
+  loss and its gradient are those of three separate forward passes."""
+  rng = np.random.default_rng(7)
+  rows, obs_dim, actions = 12, 4, 2
+  net = rl.DiscreteMLP(hidden=(16,), num_outputs=actions)
+  params = net.init(jax.random.PRNGKey(0), jnp.zeros((1, obs_dim)))
+  old_params = net.init(jax.random.PRNGKey(1), jnp.zeros((1, obs_dim)))
+  batch = rl.Transition(
+    obs=jnp.asarray(rng.normal(size=(rows, obs_dim)), jnp.float32),
+    action=jnp.asarray(rng.integers(0, actions, rows)),
+    reward=jnp.asarray(rng.normal(size=rows), jnp.float32),
+    next_obs=jnp.asarray(rng.normal(size=(rows, obs_dim)), jnp.float32),
+    terminated=jnp.asarray(rng.random(rows) < 0.2),
+    truncated=jnp.zeros(rows, bool),
+    episode_return=jnp.zeros(rows),
+    extras={},
+  )
+
+  def loss(params, old_logits=None):
+    return rl.npg_joint_loss(
+      net.apply, params, old_params, batch, 0.5, 0.99, 1.0, 0.05, old_logits=old_logits
+    )[0]
+
+  old_logits = net.apply(old_params, batch.obs)
+  np.testing.assert_allclose(loss(params, old_logits), loss(params), rtol=1e-6)
+  chex.assert_trees_all_close(
+    jax.grad(loss)(params, old_logits), jax.grad(loss)(params), rtol=1e-5, atol=1e-7
+  )
+
+
 def test_step_size_and_sampling_schedules():
   ks = jnp.arange(1, 5)
   np.testing.assert_allclose(rl.npg_step_size(ks, -0.5), [1.0, 2**-0.5, 3**-0.5, 0.5], rtol=1e-6)

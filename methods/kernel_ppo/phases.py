@@ -132,6 +132,7 @@ def nn_npg_update(config, prob: Problem, agent, transitions, valid, delta, rng):
   then pi_old <- pi_{k+1}."""
   del valid  # fixed n: every row is filled
   apply_fn, nn_config = network(config, prob).apply, config.nn
+  old_logits = apply_fn(agent["old_params"], transitions.obs)  # pi_old is fixed for the update
 
   def loss_fn(params, indices):
     batch = jax.tree.map(lambda x: x[indices], transitions)
@@ -146,6 +147,7 @@ def nn_npg_update(config, prob: Problem, agent, transitions, valid, delta, rng):
       nn_config.entropy_coef,
       nn_config.quirk_bootstrap_current_state,
       nn_config.quirk_time_limit_terminal,
+      old_logits=old_logits[indices],
     )
 
   rows = transitions.reward.shape[0]
