@@ -31,6 +31,7 @@ setuptools.setup(
     "ott-jax>=0.6.0,<0.7",  # unbalanced Sinkhorn of the multimodal distribution-coherence loss
     "h5py>=3.10",  # reads the Spiking Heidelberg Digits files (dgn_snn's gpu variant)
     "scipy>=1.11",  # sparse graph algorithms (fgl), special functions
+    "regex>=2023.0",  # Unicode classes of tokenizer.json pre-tokenizers (token_guard's gpu variant)
   ],
   extras_require={
     "test": ["pytest>=8"],

@@ -15,17 +15,19 @@ Variants:
            300 test questions, plus the token-score AUROC; two arms (seeds), ~15 minutes idle on 2
            CPU cores.
   gpu      the paper's model: Meta-Llama-3-8B-Instruct converted from its Hugging Face safetensors
-           (`--config.model.checkpoint=.../model.safetensors.index.json`, `core/nn/hf_convert.py`)
-           with the code's beam 4 x rollout 10 and 8 steps
-           (`data.data_dir` names the folder of the official repository's `data/*.json`, which
-           the paper's benchmarks come from); one GPU. Decoding real text with the model's own
-           tokenizer is not implemented yet: with both paths present, validation stops naming
-           `config.data.data_dir`.
+           (`model.checkpoint`, `core/nn/hf_convert.py`) and its own `tokenizer.json`
+           (`model.tokenizer`, read by `core.data.tokenizers.ByteLevelBPETokenizer`), decoding
+           the official repository's benchmark files (`data.data_dir` holds its `data/*.json`:
+           HaluEval, RAGTruth, FinanceBench, DROP history / nfl; `core/data/halu_benchmarks.py`)
+           with the code's beam 4 x rollout 10 and 8 steps; EM and F1 per benchmark and decoder
+           (no hallucination labels there: the calibrated decoders and the AUROC need the
+           factual world's). One GPU.
 
   python experiments/train.py --config=configs/token_guard.py --workdir=runs/token_guard/default
   python experiments/study.py --config=configs/token_guard.py:study --workdir=runs/token_guard/study
   python experiments/train.py --config=configs/token_guard.py:gpu \
     --config.model.checkpoint=/models/llama3-8b-instruct/model.safetensors.index.json \
+    --config.model.tokenizer=/models/llama3-8b-instruct/tokenizer.json \
     --config.data.data_dir=/data/token_guard
 """
 
@@ -45,6 +47,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
   config.data = ml_collections.ConfigDict()
   config.data.data_dir = ""  # gpu: folder of the official repository's data/*.json benchmarks
+  config.data.benchmarks = ()  # names in halu_benchmarks.BENCHMARKS; () = the factual world
   config.data.num_persons = 200
   config.data.num_cities = 30
   config.data.num_companies = 20
@@ -68,6 +71,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
   config.model = ml_collections.ConfigDict()
   config.model.checkpoint = ""  # Llama-layout safetensors (or its index.json); "" = train here
+  config.model.tokenizer = ""  # the checkpoint's tokenizer.json; "" = the world's word tokenizer
+  config.model.eos_token = "<|eot_id|>"  # ends the answer (Llama 3 Instruct's end of turn)
   config.model.vocab_size = 0  # 0 = the factual world's word vocabulary
   config.model.width = 64
   config.model.depth = 3  # the token scores read the penultimate block
@@ -156,8 +161,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.study.seeds = (0, 1)
   if variant == "gpu":
     config.data.data_dir = ""
-    config.data.num_test = 2000
+    config.data.benchmarks = ("halueval", "ragtruth", "financebench", "drop_history", "drop_nfl")
+    config.data.num_test = 500  # first questions of each benchmark (DROP history has 438)
+    config.data.prompt_len = 4096  # the code's max_length; longer passages are cut
     config.model.checkpoint = ""
+    config.model.tokenizer = ""
     config.model.vocab_size = 128_256  # Meta-Llama-3-8B-Instruct
     config.model.width = 4096
     config.model.depth = 32
@@ -172,18 +180,18 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.guard.rollouts = 10
     config.guard.max_steps = 8
     config.guard.min_steps = 4
-    config.guard.segment_length = 8
-    config.eval.chain_width = 72
+    config.guard.segment_length = 128  # one reasoning line
+    config.eval.chain_width = 768
+    config.eval.chunk = 2  # questions per call: 2 x 40 rollouts of up to 4.9k tokens
     config.eval.decoders = (
       "greedy",
       "sampling",
       "self_consistency",
       "rollout_prune",
       "token_guard",
-      "token_guard_calibrated",
+      "token_guard_code",
       "no_token",
       "no_segment",
       "no_global",
     )
-    config.eval.auroc = True
   return config

@@ -108,15 +108,16 @@ def prefill(model: Transformer, params, prompts, prompt_lengths, max_len: int, p
   """Fills a new cache with the prompts; returns `(next-token logits [B, V], cache)`."""
   batch, length = prompts.shape
   positions = jnp.arange(length, dtype=jnp.int32)[None]
+  last = jnp.asarray(prompt_lengths, jnp.int32) - 1
   out = model.apply(
     params,
     prompts,
     positions=positions,
     mask=_prompt_mask(positions, prefix_lengths),
     cache=init_cache(model, batch, max_len),
+    logits_at=last[:, None],
   )
-  last = jnp.asarray(prompt_lengths, jnp.int32) - 1
-  return jnp.take_along_axis(out.logits, last[:, None, None], axis=1)[:, 0], out.cache
+  return out.logits[:, 0], out.cache
 
 
 def decode_step(model: Transformer, params, tokens, positions, cache):

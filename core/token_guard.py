@@ -236,19 +236,34 @@ def threshold_adjustment(guard: Guard, fact, logic):
 # ---------------------------------------------------------------------------------------------------
 
 
-@functools.partial(jax.jit, static_argnames=("model",))
-def chain_states(model: Transformer, params, prompts, prompt_lengths, chain, chain_lengths):
+@functools.partial(jax.jit, static_argnames=("model", "head_at_chain"))
+def chain_states(
+  model: Transformer, params, prompts, prompt_lengths, chain, chain_lengths, head_at_chain=False
+):
   """One teacher-forced forward of prompt + chain: chain-token probabilities `[N, C]`, their
-  penultimate-layer states and input embeddings `[N, C, D]`, and the context anchor `[N, D]`."""
+  penultimate-layer states and input embeddings `[N, C, D]`, and the context anchor `[N, D]`.
+  `head_at_chain` applies the output head only where the chain's tokens are predicted, so that a
+  large vocabulary (Llama 3's 128k) never has logits over the whole prompt (XLA drops the unused
+  full head); the values are the same up to rounding."""
   sequence = decoding.concatenate(prompts, prompt_lengths, chain, chain_lengths)
-  out = model.apply(params, sequence, mask=attention.causal_mask(), return_hidden=True)
   width = chain.shape[1]
   index = prompt_lengths[:, None] + jnp.arange(width)[None]
-  log_probs = jax.nn.log_softmax(out.logits)
   prev = jnp.clip(index - 1, 0, sequence.shape[1] - 1)
-  token_lp = jnp.take_along_axis(
-    jnp.take_along_axis(log_probs, prev[..., None], 1), chain[..., None], 2
+  out = model.apply(
+    params,
+    sequence,
+    mask=attention.causal_mask(),
+    logits_at=prev if head_at_chain else None,
+    return_hidden=True,
   )
+  if head_at_chain:
+    log_probs = jax.nn.log_softmax(out.logits)
+    token_lp = jnp.take_along_axis(log_probs, chain[..., None], 2)
+  else:
+    log_probs = jax.nn.log_softmax(out.logits)
+    token_lp = jnp.take_along_axis(
+      jnp.take_along_axis(log_probs, prev[..., None], 1), chain[..., None], 2
+    )
   gather = lambda states: jnp.take_along_axis(  # noqa: E731
     states, jnp.clip(index, 0, sequence.shape[1] - 1)[..., None], axis=1
   )
@@ -258,7 +273,9 @@ def chain_states(model: Transformer, params, prompts, prompt_lengths, chain, cha
   return jnp.exp(token_lp[..., 0]), gather(penultimate), gather(embeds), anchor
 
 
-@functools.partial(jax.jit, static_argnames=("model", "guard", "stop_tokens", "max_segments"))
+@functools.partial(
+  jax.jit, static_argnames=("model", "guard", "stop_tokens", "max_segments", "head_at_chain")
+)
 def score_chains(
   model,
   params,
@@ -271,10 +288,11 @@ def score_chains(
   guard,
   stop_tokens,
   max_segments,
+  head_at_chain=False,
 ) -> ChainScores:
   """Every Token-Guard score of each row's chain (module docstring) from one forward."""
   probs, hidden, embeds, anchor = chain_states(
-    model, params, prompts, prompt_lengths, chain, chain_lengths
+    model, params, prompts, prompt_lengths, chain, chain_lengths, head_at_chain
   )
   ids, starts = segment_ids(chain, chain_lengths, stop_tokens)
   valid = ids >= 0
@@ -403,11 +421,22 @@ class Decoded(NamedTuple):
 class Decoder:
   """The model and token conventions shared by every decoder below."""
 
-  def __init__(self, model, params, *, chain_width: int, stop_tokens, eos_id: int, max_segments):
+  def __init__(
+    self,
+    model,
+    params,
+    *,
+    chain_width: int,
+    stop_tokens,
+    eos_id: int,
+    max_segments,
+    head_at_chain: bool = False,
+  ):
     self.model, self.params = model, params
     self.width, self.eos_id = chain_width, eos_id
     self.stop_tokens = tuple(int(t) for t in stop_tokens)
     self.max_segments = max_segments
+    self.head_at_chain = head_at_chain  # `chain_states`: for large vocabularies
 
   def extend(self, prompts, prompt_lengths, chain, lengths, rng, max_new, sampling, stops=None):
     return extend(
@@ -436,6 +465,7 @@ class Decoder:
       guard=guard,
       stop_tokens=self.stop_tokens,
       max_segments=self.max_segments,
+      head_at_chain=self.head_at_chain,
     )
 
   def empty(self, rows: int):

@@ -1,5 +1,6 @@
 """Token-Guard: the scores' invariants, the checker, the decoders, the converter and a loop smoke run."""
 
+import json
 import math
 
 import chex
@@ -12,6 +13,7 @@ from configs import token_guard as tg_config
 from core import decoding
 from core import token_guard as tg
 from core.data import factual_world as fw
+from core.data import halu_benchmarks as hb
 from core.data import tokenizers
 from core.nn import attention, hf_convert
 from core.nn.transformer import Transformer
@@ -165,6 +167,21 @@ def random_decoder():
   model = Transformer(vocab_size=16, width=16, depth=2, num_heads=2)
   params = model.init(jax.random.key(0), jnp.zeros((1, 4), jnp.int32), mask=attention.causal_mask())
   return tg.Decoder(model, params, chain_width=10, stop_tokens=(3, 2), eos_id=2, max_segments=6)
+
+
+@pytest.mark.parametrize("tie", [True, False])
+def test_head_at_chain_gives_the_scores_of_the_full_head(tie):
+  model = Transformer(vocab_size=16, width=16, depth=2, num_heads=2, tie_embeddings=tie)
+  params = model.init(jax.random.key(1), jnp.zeros((1, 4), jnp.int32), mask=attention.causal_mask())
+  prompts, plens = jnp.array([[1, 5, 6, 0], [1, 7, 8, 9]]), jnp.array([3, 4])
+  chain, clens = jnp.array([[4, 3, 5, 2, 0], [6, 7, 3, 9, 2]]), jnp.array([4, 5])
+  scores = [
+    tg.Decoder(
+      model, params, chain_width=5, stop_tokens=(3, 2), eos_id=2, max_segments=4, head_at_chain=h
+    ).score(prompts, plens, chain, clens, tg.Thresholds(), GUARD)
+    for h in (False, True)
+  ]
+  chex.assert_trees_all_close(scores[0], scores[1], atol=1e-5)
 
 
 def test_greedy_extension_matches_argmax_of_full_forwards(random_decoder):
@@ -416,3 +433,269 @@ def test_tokenizer_covers_every_word(world):
     output_words(tokenizer, np.array(ids + [2, 7]), len(ids) + 2)
     == (example.prompt + " " + example.target).split()
   )
+
+
+# ---------------------------------------------------------------------------------------------------
+# The model's own tokenizer (byte-level BPE from tokenizer.json)
+# ---------------------------------------------------------------------------------------------------
+
+LLAMA3_SPLIT = (
+  r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+  r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+SPECIALS = ("<|begin_of_text|>", "<|eot_id|>", "<|start_header_id|>", "<|end_header_id|>")
+
+
+def _tokenizer_json(path, merges=("Ġ t", "h e", "Ġt he"), extra_vocab=(), ignore_merges=False):
+  """A Llama-3-layout tokenizer.json: the 256 byte symbols, `merges`, the special tokens."""
+  symbols = list(tokenizers.bytes_to_unicode().values())
+  merged = [a + b for a, b in (m.split(" ") for m in merges)]
+  vocab = {token: i for i, token in enumerate(dict.fromkeys(symbols + merged + list(extra_vocab)))}
+  added = [
+    {"id": len(vocab) + i, "content": t, "special": True, "lstrip": False, "rstrip": False}
+    for i, t in enumerate(SPECIALS)
+  ]
+  payload = {
+    "added_tokens": added,
+    "normalizer": None,
+    "pre_tokenizer": {
+      "type": "Sequence",
+      "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": LLAMA3_SPLIT}, "behavior": "Isolated"},
+        {"type": "ByteLevel", "add_prefix_space": False, "use_regex": False},
+      ],
+    },
+    "post_processor": {
+      "type": "TemplateProcessing",
+      "single": [
+        {"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 0}},
+        {"Sequence": {"id": "A", "type_id": 0}},
+      ],
+    },
+    "decoder": {"type": "ByteLevel"},
+    "model": {"type": "BPE", "ignore_merges": ignore_merges, "vocab": vocab, "merges": merges},
+  }
+  path.write_text(json.dumps(payload))
+  return str(path)
+
+
+def test_bpe_merges_by_rank_and_splits_out_special_tokens(tmp_path):
+  pytest.importorskip("regex")  # the Unicode classes of tokenizer.json regexes
+  tok = tokenizers.ByteLevelBPETokenizer.from_file(_tokenizer_json(tmp_path / "t.json"))
+  v = tok.vocab
+  # "the": h+e (rank 1) only; " the": Ġ+t (rank 0), h+e (1), then Ġt+he (2)
+  assert tok.encode("the the") == [v["t"], v["he"], v["Ġthe"]]
+  eot, bos = tok.token_id("<|eot_id|>"), tok.token_id("<|begin_of_text|>")
+  assert tok.encode("<|eot_id|>the", add_special=True) == [bos, eot, v["t"], v["he"]]
+  text = "naïve 東京 it's 12345!\n\nok"
+  ids = tok.encode(text)
+  assert tok.decode(ids) == text
+  assert tok.decode([bos] + ids + [eot], skip_special=True, stop_at_eos=False) == text
+  newline = tok.ids_containing("\n")
+  assert v["Ċ"] in newline and v["t"] not in newline
+  assert tok.with_eos("<|eot_id|>").decode(ids[:3] + [eot] + ids[3:]) == tok.decode(ids[:3])
+  # ignore_merges: a word in the vocabulary is one token even without a merge path to it
+  whole = tokenizers.ByteLevelBPETokenizer.from_file(
+    _tokenizer_json(tmp_path / "w.json", extra_vocab=("abc",), ignore_merges=True)
+  )
+  assert whole.encode("abc") == [whole.vocab["abc"]]
+  padded, lengths = whole.with_eos("<|eot_id|>").encode_batch(["abc", "the the"], 4)
+  assert lengths.tolist() == [1, 3] and padded[0, 1] == whole.token_id("<|eot_id|>")
+
+
+def test_bpe_reader_refuses_what_it_does_not_cover(tmp_path):
+  pytest.importorskip("regex")  # the Unicode classes of tokenizer.json regexes
+  path = tmp_path / "t.json"
+  _tokenizer_json(path)
+  payload = json.loads(path.read_text())
+  payload["pre_tokenizer"] = {"type": "Metaspace", "replacement": "▁"}
+  with pytest.raises(tokenizers.BPEFormatError, match="pre_tokenizer.type is 'Metaspace'"):
+    tokenizers.ByteLevelBPETokenizer(payload)
+
+
+def test_bpe_reader_matches_the_tokenizers_package():
+  hf = pytest.importorskip("tokenizers")
+  corpus = [
+    "The Lions scored first in the first quarter with a 23-yard field goal by Jason Hanson.",
+    "Net earnings were $8,197 million in FY2017; it's 13.60 per share.\n\nNo.",
+    "Human metapneumovirus (HMPV) causes bronchiolitis — naïve café 東京 😀",
+  ] * 20
+  tok = hf.Tokenizer(hf.models.BPE(ignore_merges=True))
+  tok.pre_tokenizer = hf.pre_tokenizers.Sequence(
+    [
+      hf.pre_tokenizers.Split(hf.Regex(LLAMA3_SPLIT), behavior="isolated"),
+      hf.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ]
+  )
+  tok.decoder = hf.decoders.ByteLevel()
+  trainer = hf.trainers.BpeTrainer(
+    vocab_size=400,
+    special_tokens=list(SPECIALS),
+    initial_alphabet=hf.pre_tokenizers.ByteLevel.alphabet(),
+    show_progress=False,
+  )
+  tok.train_from_iterator(corpus, trainer)
+  ours = tokenizers.ByteLevelBPETokenizer(json.loads(tok.to_str()))
+  for text in corpus[:3] + ["  two  spaces\n\n\nI'LL <|eot_id|> 1234567 x", "unseen wörds 42%"]:
+    assert ours.encode(text) == tok.encode(text).ids, text
+    assert ours.decode(tok.encode(text).ids) == tok.decode(tok.encode(text).ids)
+
+
+# ---------------------------------------------------------------------------------------------------
+# The official benchmark files
+# ---------------------------------------------------------------------------------------------------
+
+DROP_RECORD = {
+  "id": "63",
+  "passage": "Boris Savinkov was at the head of an army of 20,000 to 30,000 Russian POWs.",
+  "question": "How many minimum amount of Russian POWs was Boris Savinkov head of?",
+  "answer": "20000",
+  "source_ds": "drop_history",
+}
+RAGTRUTH_RECORD = {
+  "id": "11904",
+  "passage": "passage 1:Technicians in Alaska earn about $23.70 per hour.",
+  "question": "how much do automotive technicians make",
+  "answer": "About $23.70 per hour in Alaska.",
+  "source_ds": "RAGTruth",
+  "label": "PASS",
+}
+
+
+def _benchmark_dir(tmp_path, count=2):
+  """A data folder as in the official repository: JSON arrays, and one JSON Lines file."""
+  (tmp_path / "DROP_History.json").write_text(json.dumps([DROP_RECORD] * count, indent=2))
+  lines = [json.dumps({**RAGTRUTH_RECORD, "id": str(i)}) for i in range(count)]
+  (tmp_path / "RAGTruth.jsonl").write_text("\n".join(lines) + "\n")
+  return str(tmp_path)
+
+
+def test_benchmark_files_read_in_both_layouts(tmp_path):
+  data_dir = _benchmark_dir(tmp_path)
+  drop = hb.read_benchmark(hb.benchmark_path(data_dir, "drop_history"))
+  assert drop[0] == hb.Record("63", DROP_RECORD["passage"], DROP_RECORD["question"], "20000",
+                              "drop_history", "")  # fmt: skip
+  rag = hb.read_benchmark(hb.benchmark_path(data_dir, "ragtruth"))
+  assert [r.id for r in rag] == ["0", "1"] and rag[0].label == "PASS"
+  assert hb.benchmark_problem(data_dir, ("drop_history", "ragtruth")) is None
+  assert "Halueval.json" in hb.benchmark_problem(data_dir, ("drop_history", "halueval"))
+  bad = tmp_path / "FinanceBench.json"
+  bad.write_text(json.dumps([DROP_RECORD, {"id": "x", "passage": "p", "question": "q"}]))
+  with pytest.raises(hb.BenchmarkError, match="record 1 field 'answer' is missing"):
+    hb.read_benchmark(str(bad))
+
+
+def test_prompt_answer_extraction_and_eval_metrics(tmp_path):
+  pytest.importorskip("regex")  # the Unicode classes of tokenizer.json regexes
+  record = hb.read_benchmark(hb.benchmark_path(_benchmark_dir(tmp_path), "drop_history"))[0]
+  prompt = hb.chat_prompt(hb.system_prompt("history"), hb.user_message(record, "history"))
+  assert prompt.startswith("<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n")
+  assert "<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nPassage: Boris" in prompt
+  assert prompt.endswith(
+    "<|start_header_id|>assistant<|end_header_id|>The reasoning steps are:\n\n"
+  )
+  tok = tokenizers.ByteLevelBPETokenizer.from_file(_tokenizer_json(tmp_path / "t.json"))
+  ids = tok.encode(prompt)
+  assert ids[0] == tok.token_id("<|begin_of_text|>") and tok.decode(ids) == prompt.replace(
+    "<|begin_of_text|>", ""
+  ).replace("<|eot_id|>", "").replace("<|start_header_id|>", "").replace("<|end_header_id|>", "")
+  text = "Step 1: the army had 20,000 to 30,000.\nAnswer: 20,000.\n"
+  assert hb.extract_answer(text) == "20,000"
+  assert hb.extract_answer("no final line") == ""
+  assert hb.answer_metrics("20,000", "20000") == (1.0, 100.0)
+  assert hb.answer_metrics(hb.extract_answer("Answer:[Jaime Meline]"), "Jaime Meline")[0] == 1.0
+  assert hb.answer_metrics("the Lions won", "Lions") == (0.0, pytest.approx(66.6667, abs=1e-3))
+  assert hb.answer_metrics("3 points", "7") == (0.0, 0.0)  # a gold number must be matched
+  assert hb.mean_metrics(["20000", "x"], ["20000", "y"]) == {"em": 0.5, "f1": 0.5}
+
+
+def test_covid_passages_keep_the_abstract_and_the_question_paragraphs():
+  body = (
+    "Text: "
+    + "intro " * 100
+    + "\n\n"
+    + "\n\n".join(
+      f"Paragraph {i} about {'vaccine efficacy' if i == 7 else 'other matters'} " + "x" * 60
+      for i in range(40)
+    )
+  )
+  passage = "Abstract: HMPV is common.\n" + body
+  cut = hb.covid_passage(passage, "What was the vaccine efficacy?", max_chars=900)
+  assert cut.startswith("Abstract: HMPV is common.") and "Paragraph 7 about vaccine" in cut
+  assert len(cut) <= 900 and hb.covid_passage("Text: short", "q") == "Text: short"
+
+
+# ---------------------------------------------------------------------------------------------------
+# The paper-scale variant: validation and the benchmark path on a tiny random checkpoint
+# ---------------------------------------------------------------------------------------------------
+
+
+def _gpu_paths(tmp_path):
+  from safetensors.numpy import save_file
+
+  tokenizer_path = _tokenizer_json(tmp_path / "tokenizer.json")
+  vocab = tokenizers.ByteLevelBPETokenizer.from_file(tokenizer_path).vocab_size
+  hf_config = {**HF_CONFIG, "vocab_size": vocab}
+  save_file(_random_llama(hf_config), str(tmp_path / "model.safetensors"))
+  return str(tmp_path / "model.safetensors"), tokenizer_path, hf_config
+
+
+def test_gpu_variant_names_each_missing_path_in_one_line(tmp_path):
+  pytest.importorskip("regex")  # the Unicode classes of tokenizer.json regexes
+  checkpoint, tokenizer_path, _ = _gpu_paths(tmp_path)
+  config = tg_config.get_config("gpu")
+  steps = [
+    ("model.checkpoint", str(tmp_path / "none.safetensors"), "config.model.checkpoint: "),
+    ("model.tokenizer", "", "config.model.tokenizer: "),
+    ("model.tokenizer", str(tmp_path / "none.json"), "config.model.tokenizer: "),
+    ("data.data_dir", "", "config.data.data_dir: not set; expected .*Halueval.json"),
+    ("data.data_dir", str(tmp_path / "none"), "config.data.data_dir: no folder"),
+  ]
+  for field, value, message in steps:  # each field wrong in turn, the ones before it right
+    section, name = field.split(".")
+    config[section][name] = value
+    with pytest.raises(ConfigError, match=message) as error:
+      loop.validate(config, data_devices=1)
+    assert "\n" not in str(error.value)
+    config.model.update(checkpoint=checkpoint, tokenizer=tokenizer_path)
+  config.data.data_dir = _benchmark_dir(tmp_path)
+  with pytest.raises(ConfigError, match="config.data.data_dir: .*Halueval.json"):
+    loop.validate(config, data_devices=1)
+  config.data.benchmarks = ("drop_history", "ragtruth")
+  config.model.eos_token = "</s>"
+  with pytest.raises(ConfigError, match="config.model.eos_token: '</s>' is not a token"):
+    loop.validate(config, data_devices=1)
+  config.model.eos_token = "<|eot_id|>"
+  loop.validate(config, data_devices=1)
+  config.eval.decoders += ("token_guard_calibrated",)
+  with pytest.raises(ConfigError, match="config.eval.decoders: \\['token_guard_calibrated'\\]"):
+    loop.validate(config, data_devices=1)
+
+
+@pytest.mark.slow
+def test_benchmark_path_decodes_real_text_end_to_end(tmp_path):
+  pytest.importorskip("regex")  # the Unicode classes of tokenizer.json regexes
+  checkpoint, tokenizer_path, hf_config = _gpu_paths(tmp_path)
+  config = tg_config.get_config("gpu")
+  config.model.update(
+    checkpoint=checkpoint,
+    tokenizer=tokenizer_path,
+    dtype="float32",
+    **{k: v for k, v in hf_convert.transformer_settings(hf_config).items() if k != "mlp"},
+  )
+  config.model.mlp_hidden = hf_config["intermediate_size"]
+  config.data.update(
+    data_dir=_benchmark_dir(tmp_path), benchmarks=("drop_history", "ragtruth"), num_test=2
+  )
+  config.data.prompt_len = 660  # holds the DROP prompt (477 tokens), cuts RAGTruth's (681)
+  config.guard.update(beams=2, rollouts=2, max_steps=2, segment_length=6, max_refine=1)
+  config.guard.update(global_iterations=1, min_steps=1)
+  config.guard.refine_top_p = config.guard.top_p
+  config.eval.update(chunk=2, chain_width=14, num_samples=2)
+  config.eval.decoders = ("greedy", "token_guard")
+  results = loop.run(config, str(tmp_path / "run")).results
+  for key in ("em", "f1", "cost_ratio", "f1_greedy_drop_history", "answered_rate_token_guard"):
+    assert math.isfinite(results[key]), key
+  assert results["truncated_rate_greedy_ragtruth"] == 1.0
+  assert results["truncated_rate_greedy_drop_history"] == 0.0
+  assert results["cost_ratio"] >= 1.0

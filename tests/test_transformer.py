@@ -238,6 +238,18 @@ def test_outputs_have_the_documented_shapes_and_dtypes():
   assert jitted_apply(model)(params, tokens, mask=attn.causal_mask()).hidden_states is None
 
 
+@pytest.mark.parametrize("tie_embeddings", [True, False])
+def test_logits_at_is_the_full_logits_gathered_at_those_positions(tie_embeddings):
+  tokens = jnp.arange(14, dtype=jnp.int32).reshape(2, 7) % 13
+  model = small_model(tie_embeddings=tie_embeddings)
+  params = init(model, tokens, mask=attn.causal_mask())
+  at = jnp.array([[6, 0, 3], [2, 2, 5]])
+  full = model.apply(params, tokens, mask=attn.causal_mask()).logits
+  picked = model.apply(params, tokens, mask=attn.causal_mask(), logits_at=at).logits
+  chex.assert_shape(picked, (2, 3, 13))
+  np.testing.assert_allclose(picked, jnp.take_along_axis(full, at[..., None], 1), rtol=1e-5)
+
+
 def test_causal_mask_hides_the_future_and_packed_segments_match_separate_sequences():
   model = small_model()
   a, b = jnp.array([[1, 2, 3, 4, 5]]), jnp.array([[6, 7, 8]])

@@ -304,6 +304,7 @@ class Transformer(nn.Module):
     mask: attention_lib.Mask | jax.Array | None = None,
     cache: dict[str, jax.Array] | None = None,
     shared_cache: dict[str, jax.Array] | None = None,
+    logits_at: jax.Array | None = None,
     return_hidden: bool = False,
   ) -> TransformerOutput:
     """Runs the stack.
@@ -318,6 +319,9 @@ class Transformer(nn.Module):
       cache: `init_cache(...)`'s dict; the keys are then the cache's `max_len` slots.
       shared_cache: a read-only `{"k", "v"}` of `[depth, 1 or B, N, kv_heads, head_dim]` (e.g. the
         `cache` a prefill returned) that every query also sees, whole (module docstring).
+      logits_at: int `[B, K]` positions: the head runs on those positions' features only and
+        `logits` is `[B, K, V]` (a prefill's last token, a chain's predictions: with a large
+        vocabulary the `[B, L, V]` logits of a long prompt never exist).
       return_hidden: also return every block's output, `[depth + 1, B, L, D]`.
     """
     self.check()
@@ -368,8 +372,11 @@ class Transformer(nn.Module):
     )(x)
     logits = None
     if table is not None:
+      head_input = features
+      if logits_at is not None:
+        head_input = jnp.take_along_axis(features, jnp.asarray(logits_at)[..., None], axis=1)
       if self.tie_embeddings:
-        logits = table.attend(features)
+        logits = table.attend(head_input)
       else:
         logits = nn.Dense(
           self.vocab_size,
@@ -377,7 +384,7 @@ class Transformer(nn.Module):
           dtype=self.dtype,
           param_dtype=self.param_dtype,
           name="unembed",
-        )(features)
+        )(head_input)
       logits = logits.astype(jnp.float32)
     return TransformerOutput(logits, features, jnp.stack(hidden) if return_hidden else None, cache)
 

@@ -15,6 +15,10 @@ Map to the paper:
                                 official code's beam scaffold, and the baselines.
   `core/nn/hf_convert.py`       Llama-layout checkpoints (the paper's Llama-3-8B-Instruct) as
                                 `core.nn.transformer.Transformer` parameters.
+  `core/data/halu_benchmarks.py` the official repository's benchmark files (HaluEval, RAGTruth,
+                                FinanceBench, DROP, PubmedQA, CovidQA), its prompts, answer
+                                extraction and EM/F1; `core.data.tokenizers.ByteLevelBPETokenizer`
+                                reads the model's own `tokenizer.json`.
   `phases.py`                   `train` (a small causal LM on the world, or a converted checkpoint)
                                 and `decode` (every decoder on the same questions, dev calibration of
                                 the thresholds, token-score AUROC).
@@ -25,14 +29,16 @@ not support) and its types (`override`, `misread`, `fabrication`, `unanswerable`
 `step_hallucination_rate` and types; `abstention_accuracy` (abstains iff unanswerable);
 `forward_passes` (single-sequence forward calls per question) and `seconds_per_question` (compiled).
 The headline keys (`hallucination_rate`, `em`, ...) are `eval.main_decoder`'s, `cost_ratio` its forward
-passes over greedy's.
+passes over greedy's. On the benchmarks (`data.benchmarks`) there are no hallucination labels: `em`,
+`f1`, `answered_rate`, `abstention_rate`, `truncated_rate`, cost, per benchmark (`_<decoder>_<name>`)
+and averaged over them (`_<decoder>`).
 """
 
 from __future__ import annotations
 
 import ml_collections
 
-from core.data import factual_world
+from core.data import halu_benchmarks
 from methods.base import (
   Method,
   require,
@@ -40,7 +46,7 @@ from methods.base import (
   require_file,
   require_positive_int,
 )
-from methods.token_guard.phases import DECODERS, DTYPES, phases
+from methods.token_guard.phases import DECODERS, DTYPES, phases, tokenizer_file
 from methods.token_guard.study import report, study_arms
 
 POSITIVE_FIELDS = (
@@ -87,6 +93,14 @@ def validate(config: ml_collections.ConfigDict) -> None:
   _validate_model(config)
   _validate_guard(config)
   _validate_eval(config)
+  if config.model.checkpoint or config.variant == "gpu" or config.data.benchmarks:
+    _validate_pretrained(config)
+  else:
+    _validate_world(config)
+
+
+def _validate_world(config) -> None:
+  """The factual world's prompt and answer lengths."""
   d = config.data
   require(d.min_facts <= d.max_facts, "data.max_facts", f"must be >= min_facts {d.min_facts}")
   require(
@@ -105,8 +119,13 @@ def validate(config: ml_collections.ConfigDict) -> None:
     "data.seq_len",
     f"{d.seq_len} cannot hold a prompt of {longest_prompt} tokens and a 2-hop answer",
   )
-  if config.model.checkpoint or config.variant == "gpu":
-    _validate_pretrained(config)
+  needed = 4 * (config.guard.max_steps - 1) + 6
+  require(
+    config.eval.chain_width >= needed,
+    "eval.chain_width",
+    f"{config.eval.chain_width} cannot hold {config.guard.max_steps} steps and an answer "
+    f"({needed})",
+  )
 
 
 def _validate_model(config) -> None:
@@ -147,16 +166,27 @@ def _validate_eval(config) -> None:
   require("greedy" in ev.decoders, "eval.decoders", "must include 'greedy' (the cost baseline)")
   require(ev.temperature > 0, "eval.temperature", f"must be > 0, got {ev.temperature}")
   require(0 < ev.top_p <= 1, "eval.top_p", f"must be in (0, 1], got {ev.top_p}")
-  needed = 4 * (config.guard.max_steps - 1) + 6
-  require(
-    ev.chain_width >= needed,
-    "eval.chain_width",
-    f"{ev.chain_width} cannot hold {config.guard.max_steps} steps and an answer ({needed})",
-  )
   require(len(config.study.seeds) > 0, "study.seeds", "needs at least one seed")
+  if config.data.benchmarks:
+    unknown = [n for n in config.data.benchmarks if n not in halu_benchmarks.BENCHMARKS]
+    require(
+      not unknown,
+      "data.benchmarks",
+      f"unknown {unknown}; known: {list(halu_benchmarks.BENCHMARKS)}",
+    )
+    labelled = [name for name in ev.decoders if name.endswith("_calibrated")]
+    require(
+      not labelled,
+      "eval.decoders",
+      f"{labelled} calibrate on the factual world's hallucination labels, which the benchmarks "
+      "do not have",
+    )
+    require(not ev.auroc, "eval.auroc", "needs the factual world's token labels; set False")
 
 
 def _validate_pretrained(config) -> None:
+  """A converted checkpoint decodes real text: its weights, its own tokenizer and the benchmark
+  files, in that order; each missing one stops validation naming its field."""
   require_file(
     config,
     "model.checkpoint",
@@ -165,18 +195,50 @@ def _validate_pretrained(config) -> None:
     "download the model on a machine with network access and pass "
     "--config.model.checkpoint=DIR/model.safetensors.index.json",
   )
-  require(
-    bool(config.data.data_dir),
-    "data.data_dir",
-    "not set; expected the folder of the official Token-Guard repository's data/*.json "
-    "(HaluEval, RAGTruth, DROP, FinanceBench); pass --config.data.data_dir=DIR",
+  require_file(
+    config,
+    "model.tokenizer",
+    "the checkpoint's Hugging Face tokenizer.json (byte-level BPE)",
+    "it sits beside the downloaded weights: pass --config.model.tokenizer=DIR/tokenizer.json",
   )
+  _validate_tokenizer(config)
+  names = config.data.benchmarks
   require(
-    False,
+    bool(names),
+    "data.benchmarks",
+    f"a checkpoint decodes the benchmarks, not the word-level factual world; name some of "
+    f"{list(halu_benchmarks.BENCHMARKS)}",
+  )
+  problem = halu_benchmarks.benchmark_problem(config.data.data_dir, names)
+  files = ", ".join(halu_benchmarks.BENCHMARKS[name][0] for name in names)
+  require(
+    problem is None,
     "data.data_dir",
-    "reading the official benchmarks with the model's own tokenizer is not implemented yet; the "
-    "converted checkpoint loads (core/nn/hf_convert.py) but this repository decodes the "
-    f"word-level factual world only ({len(factual_world.KEYWORDS)} keywords + entities)",
+    f"{problem}; expected the official Token-Guard repository's data folder ({files}): on a "
+    "machine with network access run `git clone https://github.com/rhq945/Token-Guard` and pass "
+    "--config.data.data_dir=Token-Guard/data (docs/paper_scale.md)",
+  )
+
+
+def _validate_tokenizer(config) -> None:
+  try:
+    import regex  # noqa: F401
+  except ImportError:
+    require(False, "model.tokenizer", "reading tokenizer.json needs `regex`: pip install regex")
+  try:
+    tokenizer = tokenizer_file(config.model.tokenizer)
+  except (OSError, ValueError, KeyError) as error:
+    require(False, "model.tokenizer", f"{type(error).__name__}: {error}")
+  require(
+    config.model.eos_token in tokenizer.added or config.model.eos_token in tokenizer.vocab,
+    "model.eos_token",
+    f"{config.model.eos_token!r} is not a token of {config.model.tokenizer}",
+  )
+  vocab = config.model.vocab_size
+  require(
+    not vocab or tokenizer.vocab_size <= vocab,
+    "model.tokenizer",
+    f"has {tokenizer.vocab_size} ids, more than model.vocab_size {vocab}",
   )
 
 

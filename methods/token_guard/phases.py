@@ -1,6 +1,7 @@
 """Token-Guard's phases: `train` (a small causal LM on the factual world, or a converted checkpoint)
 and `decode` (every decoder side by side on the same test questions, the threshold calibration on a
-dev split and the token-score AUROC)."""
+dev split and the token-score AUROC; or, with a checkpoint, every decoder on the official
+benchmark files with the model's own tokenizer)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from absl import logging
 
 from core import decoding
 from core import token_guard as tg
-from core.data import batching, factual_world, tokenizers
+from core.data import batching, factual_world, halu_benchmarks, tokenizers
 from core.nn import attention, hf_convert
 from core.nn.transformer import Transformer
 from methods.base import ConfigError, Phase, cached_per_config
@@ -43,8 +44,17 @@ def world_of(config: ml_collections.ConfigDict) -> factual_world.World:
   )
 
 
+@functools.lru_cache(maxsize=2)
+def tokenizer_file(path: str) -> tokenizers.ByteLevelBPETokenizer:
+  """The model's own `tokenizer.json` (read once per path)."""
+  return tokenizers.ByteLevelBPETokenizer.from_file(path)
+
+
 @cached_per_config(maxsize=4)
-def tokenizer_of(config: ml_collections.ConfigDict) -> tokenizers.WordTokenizer:
+def tokenizer_of(config: ml_collections.ConfigDict):
+  """The checkpoint's byte-level BPE (`model.tokenizer`) or the world's word tokenizer."""
+  if config.model.tokenizer:
+    return tokenizer_file(config.model.tokenizer).with_eos(config.model.eos_token)
   return tokenizers.WordTokenizer(factual_world.vocabulary(world_of(config)))
 
 
@@ -208,14 +218,22 @@ def paper_thresholds(config) -> tg.Thresholds:
 
 
 def decoder_of(config, params) -> tg.Decoder:
+  """A step ends at "." in the factual world; on real text at a line break (the paper's segment,
+  the code's stop string): every token containing one."""
   tokenizer = tokenizer_of(config)
+  text = isinstance(tokenizer, tokenizers.ByteLevelBPETokenizer)
+  if text:
+    stops = tokenizer.ids_containing("\n") + (tokenizer.eos_id,)
+  else:
+    stops = (tokenizer.ids["."], tokenizer.eos_id)
   return tg.Decoder(
     model_of(config),
     params,
     chain_width=config.eval.chain_width,
-    stop_tokens=(tokenizer.ids["."], tokenizer.eos_id),
+    stop_tokens=stops,
     eos_id=tokenizer.eos_id,
     max_segments=config.guard.max_steps + 3,
+    head_at_chain=text,
   )
 
 
@@ -246,8 +264,14 @@ def run_decoder(config, decoder, name, examples, rng, thresholds):
   prompts, lengths = factual_world.encode_prompts(
     examples, tokenizer_of(config), config.data.prompt_len
   )
+  return run_encoded(config, decoder, name, prompts, lengths, rng, thresholds)
+
+
+def run_encoded(config, decoder, name, prompts, lengths, rng, thresholds):
+  """`run_decoder` on right-padded prompt ids `[N, prompt_len]` and their lengths."""
+  count = len(prompts)
   chunk = config.eval.chunk
-  total = -(-len(examples) // chunk) * chunk
+  total = -(-count // chunk) * chunk
   prompts = np.concatenate([prompts, np.repeat(prompts[:1], total - len(prompts), 0)])
   lengths = np.concatenate([lengths, np.repeat(lengths[:1], total - len(lengths), 0)])
   parts, times = [], []
@@ -264,9 +288,7 @@ def run_decoder(config, decoder, name, examples, rng, thresholds):
     )
     parts.append(out)
     times.append(time.perf_counter() - begin)
-  merged = tg.Decoded(
-    *(np.concatenate(field)[: len(examples)] for field in zip(*parts, strict=True))
-  )
+  merged = tg.Decoded(*(np.concatenate(field)[:count] for field in zip(*parts, strict=True)))
   timed = times[1:] or times
   return merged, sum(timed) / (chunk * len(timed))
 
@@ -450,12 +472,101 @@ def token_auroc(config, decoder, rng) -> dict[str, float]:
 
 
 # ---------------------------------------------------------------------------------------------------
+# The official benchmarks (a converted checkpoint and its own tokenizer)
+# ---------------------------------------------------------------------------------------------------
+
+
+def benchmark_prompts(config, name: str):
+  """The first `data.num_test` records of benchmark `name` and their prompt ids: the official
+  prompt (`halu_benchmarks.chat_prompt`), its passage cut so that the prompt fits `data.prompt_len`.
+  Returns `(records, ids [N, prompt_len], lengths [N], truncated [N] bool)`."""
+  tokenizer = tokenizer_of(config)
+  path = halu_benchmarks.benchmark_path(config.data.data_dir, name)
+  family = halu_benchmarks.BENCHMARKS[name][1]
+  records = halu_benchmarks.read_benchmark(path)[: config.data.num_test]
+  system = halu_benchmarks.system_prompt(family)
+  texts, truncated = [], []
+  for record in records:
+    text = halu_benchmarks.chat_prompt(system, halu_benchmarks.user_message(record, family))
+    size = len(tokenizer.encode(text))
+    cut = size > config.data.prompt_len
+    if cut:  # re-encoding at the seam may add a token or two: keep a margin of 8
+      empty = halu_benchmarks.user_message(record, family, passage="")
+      room = config.data.prompt_len - len(
+        tokenizer.encode(halu_benchmarks.chat_prompt(system, empty))
+      )
+      passage = halu_benchmarks.prompt_passage(record, family)
+      kept = tokenizer.decode(tokenizer.encode(passage)[: max(room - 8, 0)], stop_at_eos=False)
+      text = halu_benchmarks.chat_prompt(
+        system, halu_benchmarks.user_message(record, family, passage=kept)
+      )
+    texts.append(text)
+    truncated.append(cut)
+  ids, lengths = tokenizer.encode_batch(texts, config.data.prompt_len)
+  return records, ids, lengths, np.array(truncated)
+
+
+def benchmark_answers(config, decoded: tg.Decoded) -> tuple[list[str], np.ndarray]:
+  """The extracted answers ("No answer" where the decoder abstained) and which ones the model
+  wrote as an "Answer:" line."""
+  tokenizer = tokenizer_of(config)
+  answers, found = [], []
+  for chain, length, abstain in zip(decoded.chain, decoded.lengths, decoded.abstain, strict=True):
+    answer = halu_benchmarks.extract_answer(tokenizer.decode(chain[:length]))
+    answers.append("No answer" if abstain else answer)
+    found.append(not abstain and bool(answer))
+  return answers, np.array(found)
+
+
+def evaluate_benchmarks(config, params, rng) -> dict:
+  """Every decoder on every benchmark of `data.benchmarks`: EM and F1 (eval.py), answered and
+  abstention rates, truncated prompts, cost; `_<decoder>` keys average the benchmarks."""
+  decoder = decoder_of(config, params)
+  thresholds = paper_thresholds(config)
+  results, per_decoder = {}, collections.defaultdict(list)
+  for b, name in enumerate(config.data.benchmarks):
+    records, ids, lengths, truncated = benchmark_prompts(config, name)
+    for index, decoder_name in enumerate(config.eval.decoders):
+      key = jax.random.fold_in(jax.random.fold_in(rng, b), index)
+      decoded, seconds = run_encoded(config, decoder, decoder_name, ids, lengths, key, thresholds)
+      answers, found = benchmark_answers(config, decoded)
+      metrics = halu_benchmarks.mean_metrics(answers, [r.answer for r in records])
+      metrics.update(
+        answered_rate=float(found.mean()),
+        abstention_rate=float(decoded.abstain.mean()),
+        truncated_rate=float(truncated.mean()),
+        forward_passes=float(np.mean(decoded.forward_passes)),
+        seconds_per_question=seconds,
+      )
+      logging.info("%s %s: %s", name, decoder_name, {k: round(v, 3) for k, v in metrics.items()})
+      results.update({f"{k}_{decoder_name}_{name}": v for k, v in metrics.items()})
+      per_decoder[decoder_name].append(metrics)
+  for decoder_name, rows in per_decoder.items():
+    for key in rows[0]:
+      results[f"{key}_{decoder_name}"] = float(np.mean([row[key] for row in rows]))
+  return _headline(config, results, ("em", "f1"))
+
+
+def _headline(config, results, keys) -> dict:
+  main, base = config.eval.main_decoder, "greedy"
+  for key in keys:
+    results[key] = results[f"{key}_{main}"]
+  results["cost_ratio"] = results[f"forward_passes_{main}"] / results[f"forward_passes_{base}"]
+  results["time_ratio"] = (
+    results[f"seconds_per_question_{main}"] / results[f"seconds_per_question_{base}"]
+  )
+  return results
+
+
+# ---------------------------------------------------------------------------------------------------
 # The decode phase
 # ---------------------------------------------------------------------------------------------------
 
 
 def evaluate(config, params, rng) -> dict:
   """Every decoder of `eval.decoders` on the same test questions; headline keys for Token-Guard."""
+  if config.data.benchmarks:
+    return evaluate_benchmarks(config, params, rng)
   decoder = decoder_of(config, params)
   examples = split_of(config, "test")
   thresholds = paper_thresholds(config)
@@ -474,14 +585,7 @@ def evaluate(config, params, rng) -> dict:
     results.update({f"{key}_{name}": value for key, value in metrics.items()})
   if config.eval.auroc:
     results.update(token_auroc(config, decoder, jax.random.fold_in(rng, 11)))
-  main, base = config.eval.main_decoder, "greedy"
-  for key in ("hallucination_rate", "em", "f1", "step_hallucination_rate"):
-    results[key] = results[f"{key}_{main}"]
-  results["cost_ratio"] = results[f"forward_passes_{main}"] / results[f"forward_passes_{base}"]
-  results["time_ratio"] = (
-    results[f"seconds_per_question_{main}"] / results[f"seconds_per_question_{base}"]
-  )
-  return results
+  return _headline(config, results, ("hallucination_rate", "em", "f1", "step_hallucination_rate"))
 
 
 def phases(config: ml_collections.ConfigDict) -> list[Phase]:
