@@ -9,19 +9,23 @@ Variants:
   default   scikit-learn digits (8x8, 17 levels), MLP backbone, ~2 min on 2 CPU cores.
   study     default data; experiments/study.py trains QDPM, the VDM-style discrete baseline and the
             dequantized baseline on the same backbone and compares test bpd and on-grid fractions.
+  study_entropy  the same three models on generated images of known entropy (i.i.d. levels, a
+            Markov chain between neighbouring pixels): every bound estimate against the entropy.
   cifar10   paper scale: tfds cifar10 (K=256) read from a prepared --config.data.data_dir, 1 GPU/TPU host.
   gpu       alias of cifar10 with the paper's batch size for one 8-GPU node.
   tpu_pod   cifar10 at pod batch size.
 
   python experiments/train.py --config=configs/quant_diffusion.py
   python experiments/study.py --config=configs/quant_diffusion.py:study --workdir=runs/qdpm_study
+  python experiments/study.py --config=configs/quant_diffusion.py:study_entropy \
+    --workdir=runs/qdpm_entropy
 """
 
 import ml_collections
 
 from configs import common
 
-VARIANTS = ("default", "study", "cifar10", "gpu", "tpu_pod")
+VARIANTS = ("default", "study", "study_entropy", "cifar10", "gpu", "tpu_pod")
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -32,11 +36,19 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.seed = 0
 
   config.data = ml_collections.ConfigDict()
-  config.data.name = "digits"  # "digits" (shipped with scikit-learn) or a tfds image dataset name
+  # "digits" (shipped with scikit-learn), "iid_levels" / "markov_levels" (generated images of known
+  # entropy, core/data/entropy_sources.py) or a tfds image dataset name
+  config.data.name = "digits"
   config.data.num_levels = 17  # K; digits are requantized to K levels (2..17)
-  config.data.split_seed = 0  # fixed 1500/297 digits split
+  config.data.split_seed = 0  # fixed 1500/297 digits split; seed of the known-entropy draws
   config.data.data_dir = ""  # tfds data_dir for prepared datasets (never downloaded)
   config.data.num_eval_examples = 297  # test images (and train subset) used for bpd
+  # known-entropy sources only: side of the square images, training draws, the std (in levels) of
+  # the i.i.d. level distribution / of the Markov chain's jump kernel, the chain's stay probability
+  config.data.image_size = 8
+  config.data.num_train = 20000
+  config.data.level_std = 2.0
+  config.data.markov_stay = 0.5
 
   config.model = ml_collections.ConfigDict()
   config.model.kind = "qdpm"  # "qdpm" | "vdm" (discrete, categorical decoder) | "dequantized"
@@ -64,18 +76,31 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.eval.chunk = 32  # images per jitted evaluation call
   config.eval.num_samples = 64  # images sampled for on-grid fraction and the sample grid
   config.eval.sampler_steps = 64  # QDPM-Solver / ancestral steps
-  config.eval.mc_c_samples = 1024  # plain Monte-Carlo estimate of C (the biased-low pitfall)
+  # u-samples per image of the plain Monte-Carlo estimate of C (the pitfall: infinite variance,
+  # typically low, erratic between evaluations)
+  config.eval.mc_c_samples = 1024
+  # known-entropy sources only: draws of ln t per image for the bound sampled in log t (trained
+  # model and closed-form denoiser), and independent repeats of the plain Monte-Carlo C
+  config.eval.log_t_samples = 128
+  config.eval.mc_c_repeats = 1
 
   config.loop = common.loop_config(log_every=100, checkpoint_every=500)
   common.add_parallelism(config)
 
   config.study = ml_collections.ConfigDict()
   config.study.vdm_t_mins = ()  # extra VDM-style arms at these truncation times (sensitivity)
+  # known-entropy sources for the study_entropy variant: every model kind on each of them
+  config.study.sources = ()
 
   if variant == "study":
     config.steps = 4000
     config.eval.num_u_samples = 256
     config.study.vdm_t_mins = (0.1, 0.5)
+
+  if variant == "study_entropy":
+    config.study.sources = ("iid_levels", "markov_levels")
+    config.data.num_eval_examples = 1000
+    config.eval.mc_c_repeats = 16
 
   if variant in ("cifar10", "gpu", "tpu_pod"):
     config.data.name = "cifar10"

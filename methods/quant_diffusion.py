@@ -35,7 +35,7 @@ import optax
 
 from core import diffusion
 from core import quant_diffusion as qd
-from core.data import batching, images
+from core.data import batching, entropy_sources, images
 from core.nn import precision
 from core.nn.mlp import TimeConditionedMLP
 from experiments.reports import figure_grid
@@ -48,9 +48,11 @@ from methods.base import (
   require_choice,
   require_positive_int,
   require_prepared_tfds,
+  with_changes,
 )
 
 KINDS = ("qdpm", "vdm", "dequantized")
+SOURCES = entropy_sources.NAMES  # `config.data.name` of the generated data of known entropy
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -63,9 +65,34 @@ def _digits(num_levels: int, split_seed: int):
   return images.digits(num_levels, split_seed)
 
 
-def load_splits(config: ml_collections.ConfigDict) -> dict[str, np.ndarray]:
-  """Flattened float32 images on the integer grid: train (all) and test/train_eval (eval subsets)."""
+@cached_per_config(maxsize=4)
+def known_source(config: ml_collections.ConfigDict) -> entropy_sources.KnownEntropySource:
+  """The known-entropy source named by `config.data.name` (`core/data/entropy_sources.py`)."""
   data = config.data
+  return entropy_sources.make_source(
+    data.name, data.num_levels, data.image_size, data.level_std, data.markov_stay
+  )
+
+
+def _known_entropy_splits(config: ml_collections.ConfigDict) -> dict[str, np.ndarray]:
+  """Fresh train and test draws of the source, and every test image's exact `-log2 p(x) / D`."""
+  source, data = known_source(config), config.data
+  train = source.sample(data.num_train, (data.split_seed, 0)).astype(np.float32)
+  test = source.sample(data.num_eval_examples, (data.split_seed, 1)).astype(np.float32)
+  return {
+    "train": train,
+    "train_eval": train[: data.num_eval_examples],
+    "test": test,
+    "test_nll": source.nll_bits_per_dim(test),
+  }
+
+
+def load_splits(config: ml_collections.ConfigDict) -> dict[str, np.ndarray]:
+  """Flattened float32 images on the integer grid: train (all) and test/train_eval (eval subsets);
+  known-entropy sources add `test_nll`, the exact code length of each test image in bits/dim."""
+  data = config.data
+  if data.name in SOURCES:
+    return _known_entropy_splits(config)
   if data.name == "digits":
     splits = _digits(data.num_levels, data.split_seed)
     train = splits["train"]["image"].reshape(len(splits["train"]["image"]), -1).astype(np.float32)
@@ -233,15 +260,18 @@ def bound_bits_per_dim(config, params, x: np.ndarray, rng, null: bool = False) -
 
   Images go through in chunks of `config.eval.chunk` (the last one padded), one compilation in all.
   """
-  chunk_bpd, size = _bound_fn(config, null), config.eval.chunk
+  return _over_chunks(_bound_fn(config, null), config.eval.chunk, params, x, rng)
+
+
+def _over_chunks(chunk_fn, size: int, params, x: np.ndarray, rng):
+  """`chunk_fn(params, chunk, rng_i)` over chunks of `size` rows of `x` (the last padded), outputs
+  (arrays or dicts of per-row arrays) concatenated."""
   out = []
   for i, start in enumerate(range(0, len(x), size)):
     chunk = x[start : start + size]
     padded = np.concatenate([chunk, np.repeat(chunk[-1:], size - len(chunk), axis=0)])
-    out.append(
-      np.asarray(chunk_bpd(params, jnp.asarray(padded), jax.random.fold_in(rng, i)))[: len(chunk)]
-    )
-  return np.concatenate(out)
+    out.append(chunk_fn(params, jnp.asarray(padded), jax.random.fold_in(rng, i)))
+  return jax.tree.map(lambda *parts: np.concatenate(parts)[: len(x)], *out)
 
 
 @cached_per_config(maxsize=32)
@@ -270,7 +300,8 @@ def draw_samples(config, params, rng, dim: int, order: int = 1, at_t0: bool = Tr
 
 
 def evaluate(config, splits, state, rng) -> dict[str, float]:
-  """Test/train bpd with standard errors, the null model, on-grid fraction of samples."""
+  """Test/train bpd with standard errors, the null model, on-grid fraction of samples; on data of
+  known entropy also every estimate's gap to the entropy (`entropy_gaps`)."""
   params, grid = state["ema_params"], grid_of(config)
   rngs = jax.random.split(rng, 6)
   test = bound_bits_per_dim(config, params, splits["test"], rngs[0])
@@ -302,17 +333,121 @@ def evaluate(config, splits, state, rng) -> dict[str, float]:
     results["test_bpd_monte_carlo_C"] = float(
       test.mean() - math.log2(grid.num_levels) + mc_c.mean()
     )
+  if config.data.name in SOURCES:
+    per_image = {"test_bpd": test, "null_bpd": null}
+    if config.model.kind == "qdpm":
+      estimates, repeats = _qdpm_known_entropy_estimates(config, splits, params, test, mc_c, rng)
+      per_image.update(estimates)
+      results.update(repeats)
+    results.update(entropy_gaps(config, splits["test_nll"], per_image))
   return results
 
 
+def oracle_shift_fn(config) -> qd.ShiftFn:
+  """`u delta*(x_t, t)` of the known source's Bayes denoiser (`E[x_0 | x_t]` in closed form): the
+  model whose bound has expectation exactly the entropy (I-MMSE: `int t^-3 mmse(t) dt = H` nats)."""
+  source, grid = known_source(config), grid_of(config)
+  log_initial = jnp.log(jnp.asarray(source.initial, jnp.float32))
+  log_transition = jnp.log(jnp.asarray(source.transition, jnp.float32))
+  if source.name == "iid_levels":
+    return lambda x_t, t: qd.iid_prior_shift(x_t, t, log_initial, grid)
+  return lambda x_t, t: qd.markov_prior_shift(x_t, t, log_initial, log_transition, grid)
+
+
+@cached_per_config(maxsize=8)
+def _log_t_fn(config: ml_collections.ConfigDict):
+  """Jitted `(params, x0 chunk, rng) -> {"model"|"oracle": qd.log_t_estimates(...)}`: the trained
+  QDPM's and the closed-form denoiser's bound sampled in `ln t` (finite variance for both)."""
+  grid, samples, oracle = grid_of(config), config.eval.log_t_samples, oracle_shift_fn(config)
+
+  def chunk_fn(params, x0, rng):
+    delta_fn = qdpm_delta_fn(config, params)
+
+    def model_shift(x_t, t):
+      u = qd.u_from_t(t)
+      return diffusion.broadcast_time(u, x_t) * delta_fn(x_t, t, u)
+
+    key_model, key_oracle = jax.random.split(rng)
+    return {
+      "model": qd.log_t_estimates(model_shift, x0, key_model, grid, samples),
+      "oracle": qd.log_t_estimates(oracle, x0, key_oracle, grid, samples),
+    }
+
+  return jax.jit(chunk_fn)
+
+
+@cached_per_config(maxsize=8)
+def _monte_carlo_C_fn(config: ml_collections.ConfigDict):
+  grid, samples = grid_of(config), config.eval.mc_c_samples
+  return jax.jit(lambda x0, rng: qd.monte_carlo_C_bits_per_dim(x0, rng, grid, samples))
+
+
+def _qdpm_known_entropy_estimates(config, splits, params, test, mc_c, rng) -> tuple[dict, dict]:
+  """Per-test-image bpd of every way of evaluating the bound, for the trained QDPM and the
+  closed-form denoiser ("oracle"): analytic C, plain Monte-Carlo C, C importance-sampled in `ln t`;
+  and the gaps to the entropy of `eval.mc_c_repeats` independent plain Monte-Carlo evaluations
+  (the first one uses `mc_c`), as arrays."""
+  log2_k = math.log2(config.data.num_levels)
+  est = _over_chunks(
+    _log_t_fn(config), config.eval.chunk, params, splits["test"], jax.random.fold_in(rng, 1001)
+  )
+  model, oracle = est["model"], est["oracle"]
+  out = {
+    "test_bpd_log_t": model["bound"],
+    "test_bpd_importance_C": test - log2_k + model["C"],
+    "importance_sampled_C": model["C"],
+    "oracle_bpd": oracle["bound"],
+    "oracle_bpd_importance_C": oracle["bound"] - log2_k + oracle["C"],
+  }
+  repeats = {}
+  test_x, nll = jnp.asarray(splits["test"]), splits["test_nll"]
+  for r in range(config.eval.mc_c_repeats):
+    key = jax.random.fold_in(rng, 2000 + r)
+    mc = mc_c if r == 0 else np.asarray(_monte_carlo_C_fn(config)(test_x, key))
+    for name, theta in (("test_bpd", test - log2_k), ("oracle_bpd", oracle["bound"] - log2_k)):
+      if r == 0:
+        out[f"{name}_monte_carlo_C"] = theta + mc
+      gap = theta + mc - nll
+      repeats.setdefault(f"{name}_monte_carlo_C_repeats_gap", []).append(gap.mean())
+      repeats.setdefault(f"{name}_monte_carlo_C_repeats_gap_stderr", []).append(
+        gap.std(ddof=1) / math.sqrt(len(gap))
+      )
+  return out, {name: np.asarray(values) for name, values in repeats.items()}
+
+
+def entropy_gaps(config, nll: np.ndarray, per_image: Mapping[str, np.ndarray]) -> dict:
+  """For each per-image estimate `b_i`: its mean and standard error, and the signed gap to the
+  entropy `mean(b_i - nll_i)` with its paired standard error (`nll_i = -log2 p(x_i) / D` exactly,
+  so `E[b - nll] = E[b] - H`: a valid bound has a gap >= 0 up to noise)."""
+  n = len(nll)
+  out = {
+    "entropy_bpd": known_source(config).entropy_bits_per_dim,
+    "test_true_nll_bpd": float(nll.mean()),
+    "test_true_nll_bpd_stderr": float(nll.std(ddof=1) / math.sqrt(n)),
+  }
+  for name, values in per_image.items():
+    gap = values - nll
+    out[f"{name}_mean"] = float(values.mean())
+    out[f"{name}_stderr"] = float(values.std(ddof=1) / math.sqrt(n))
+    out[f"{name}_gap"] = float(gap.mean())
+    out[f"{name}_gap_stderr"] = float(gap.std(ddof=1) / math.sqrt(n))
+  return out
+
+
 def sample_grid(config, state, rng, dim: int) -> dict[str, np.ndarray]:
-  """A tiled image of samples (digits: 8x8 each) for the workdir."""
+  """A tiled image of samples (digits and the known-entropy sources) for the workdir."""
   samples = draw_samples(config, state["ema_params"], rng, dim)
-  if config.data.name != "digits":
+  if config.data.name == "digits":
+    side = 8
+  elif config.data.name in SOURCES:
+    side = config.data.image_size
+    samples = entropy_sources.chain_to_images(samples, side)
+  else:
     return {}
   n = int(math.sqrt(len(samples)))
-  tiles = np.pad(samples[: n * n].reshape(n, n, 8, 8), ((0, 0), (0, 0), (1, 1), (1, 1)))
-  mosaic = tiles.transpose(0, 2, 1, 3).reshape(n * 10, n * 10) / (config.data.num_levels - 1)
+  tiles = np.pad(samples[: n * n].reshape(n, n, side, side), ((0, 0), (0, 0), (1, 1), (1, 1)))
+  size = side + 2
+  mosaic = tiles.transpose(0, 2, 1, 3).reshape(n * size, n * size) / (config.data.num_levels - 1)
   return {"samples": np.kron(mosaic, np.ones((4, 4)))}
 
 
@@ -336,7 +471,9 @@ def validate(config: ml_collections.ConfigDict) -> None:
   require_choice(config, "model.kind", KINDS)
   require_choice(config, "model.dtype", precision.DTYPE_NAMES)
   levels = config.data.num_levels
-  if config.data.name == "digits":
+  if config.data.name in SOURCES:
+    _validate_known_entropy(config)
+  elif config.data.name == "digits":
     require(
       isinstance(levels, int) and 2 <= levels <= 17,
       "data.num_levels",
@@ -362,6 +499,26 @@ def validate(config: ml_collections.ConfigDict) -> None:
   require(0 < config.model.t_min < config.model.t_max, "model.t_min", "need 0 < t_min < t_max")
   require(config.model.sigma_data > 0, "model.sigma_data", "must be positive")
   require(0.0 <= config.optim.ema_decay < 1.0, "optim.ema_decay", "must be in [0, 1)")
+  for name in config.study.sources:
+    require(name in SOURCES, "study.sources", f"{name!r} is not one of {SOURCES}")
+
+
+def _validate_known_entropy(config: ml_collections.ConfigDict) -> None:
+  data, levels = config.data, config.data.num_levels
+  require(
+    isinstance(levels, int) and 2 <= levels <= 256, "data.num_levels", f"need 2..256, got {levels}"
+  )
+  for field in (
+    "data.image_size",
+    "data.num_train",
+    "data.num_eval_examples",
+    "eval.log_t_samples",
+  ):
+    require_positive_int(config, field)
+  require(config.eval.log_t_samples >= 2, "eval.log_t_samples", "need >= 2 for a standard error")
+  require(config.eval.mc_c_repeats >= 1, "eval.mc_c_repeats", "must be >= 1")
+  require(data.level_std > 0, "data.level_std", f"must be positive, got {data.level_std}")
+  require(0.0 <= data.markov_stay < 1.0, "data.markov_stay", f"need [0, 1), got {data.markov_stay}")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -371,7 +528,14 @@ def validate(config: ml_collections.ConfigDict) -> None:
 
 def study_arms(config: ml_collections.ConfigDict):
   """QDPM, the VDM-style discrete model and the dequantized model on the same data and backbone,
-  plus the discrete baseline at each extra truncation time in `config.study.vdm_t_mins`."""
+  plus the discrete baseline at each extra truncation time in `config.study.vdm_t_mins`; with
+  `config.study.sources`, the three models on each known-entropy source instead (`<source>_<kind>`)."""
+  if config.study.sources:
+    return [
+      (f"{source}_{kind}", with_changes(config, data__name=source, model__kind=kind))
+      for source in config.study.sources
+      for kind in KINDS
+    ]
   arms = []
   for kind in KINDS:
     arm = ml_collections.ConfigDict(config.to_dict())
@@ -385,6 +549,8 @@ def study_arms(config: ml_collections.ConfigDict):
 
 
 def report(config, results: Mapping[str, Mapping[str, float]]) -> Report:
+  if config.study.sources:
+    return entropy_report(config, results)
   rows = [
     {
       "model": kind,
@@ -420,6 +586,112 @@ def report(config, results: Mapping[str, Mapping[str, float]]) -> Report:
   axes[1].set_ylim(0, 1.05)
   fig.tight_layout()
   return Report(rows=rows, summary=summary, figures={"bpd_and_on_grid": fig})
+
+
+# ---------------------------------------------------------------------------------------------------
+# Study on data of known entropy: is the bound a bound?
+# ---------------------------------------------------------------------------------------------------
+
+# (label, arm kind, result prefix): every estimate of the test bound against the entropy
+ENTROPY_ESTIMATES = (
+  ("null model (delta_hat = 0)", "qdpm", "null_bpd"),
+  ("closed-form denoiser, analytic C", "qdpm", "oracle_bpd"),
+  ("closed-form denoiser, C sampled in log t", "qdpm", "oracle_bpd_importance_C"),
+  ("closed-form denoiser, plain Monte-Carlo C", "qdpm", "oracle_bpd_monte_carlo_C"),
+  ("QDPM, analytic C", "qdpm", "test_bpd"),
+  ("QDPM, analytic C, theta sampled in log t", "qdpm", "test_bpd_log_t"),
+  ("QDPM, C sampled in log t", "qdpm", "test_bpd_importance_C"),
+  ("QDPM, plain Monte-Carlo C", "qdpm", "test_bpd_monte_carlo_C"),
+  ("VDM-style discrete", "vdm", "test_bpd"),
+  ("dequantized", "dequantized", "test_bpd"),
+)
+
+
+def entropy_rows(config, results: Mapping[str, Mapping[str, float]]) -> list[dict]:
+  """One row per source and estimate: bpd, the signed gap to the entropy, both with standard errors;
+  for plain Monte-Carlo C also how many of the independent repeats fall below the entropy by more
+  than 3 of their own standard errors."""
+  rows = []
+  for source in config.study.sources:
+    for label, kind, prefix in ENTROPY_ESTIMATES:
+      r = results[f"{source}_{kind}"]
+      gap, gap_se = r[f"{prefix}_gap"], r[f"{prefix}_gap_stderr"]
+      row = {
+        "source": source,
+        "entropy_bpd": r["entropy_bpd"],
+        "estimate": label if kind != "vdm" else f"{label} (t_min = {config.model.t_min:g})",
+        "bpd": r[f"{prefix}_mean"],
+        "stderr": r[f"{prefix}_stderr"],
+        "gap": gap,
+        "gap_stderr": gap_se,
+        "gap_in_stderr": gap / gap_se if gap_se > 0 else float("nan"),
+        "below_entropy_beyond_3se": bool(gap < -3 * gap_se),
+        "repeats_below_entropy_beyond_3se": "",
+      }
+      repeats = r.get(f"{prefix}_repeats_gap")
+      if repeats is not None:
+        below = np.asarray(repeats) < -3 * np.asarray(r[f"{prefix}_repeats_gap_stderr"])
+        row["repeats_below_entropy_beyond_3se"] = f"{int(below.sum())}/{len(below)}"
+      rows.append(row)
+  return rows
+
+
+def entropy_report(config, results: Mapping[str, Mapping[str, float]]) -> Report:
+  """Table and figure of every estimate against the exact entropy, per known-entropy source."""
+  rows = entropy_rows(config, results)
+  summary = {}
+  for source in config.study.sources:
+    r = results[f"{source}_qdpm"]
+    summary[source] = {
+      "entropy_bpd": r["entropy_bpd"],
+      "log2_num_levels": r["log2_num_levels"],
+      "importance_sampled_C_bpd": r["importance_sampled_C_mean"],
+      "importance_sampled_C_stderr": r["importance_sampled_C_stderr"],
+      "below_entropy_beyond_3se": [
+        row["estimate"]
+        for row in rows
+        if row["source"] == source and row["below_entropy_beyond_3se"]
+      ],
+      "monte_carlo_C_repeat_gaps": {
+        "qdpm": [float(g) for g in r["test_bpd_monte_carlo_C_repeats_gap"]],
+        "closed_form": [float(g) for g in r["oracle_bpd_monte_carlo_C_repeats_gap"]],
+      },
+    }
+  return Report(
+    rows=rows, summary=summary, figures={"entropy_gaps": _entropy_figure(config, rows, results)}
+  )
+
+
+def _entropy_figure(config, rows, results):
+  """Top: each estimate +- 3 s.e. against the entropy (dashed) and log2 K (dotted); bottom: the
+  signed gap to the entropy +- 3 s.e.; grey dots: the independent plain Monte-Carlo repeats."""
+  sources = list(config.study.sources)
+  fig, axes = figure_grid(2, len(sources), figsize=(6.5 * len(sources), 8))
+  labels = [row["estimate"] for row in rows if row["source"] == sources[0]]
+  y = np.arange(len(labels))[::-1]
+  for col, source in enumerate(sources):
+    mine = [row for row in rows if row["source"] == source]
+    top, bottom = axes[0][col], axes[1][col]
+    for ax, key, ref in ((top, "bpd", mine[0]["entropy_bpd"]), (bottom, "gap", 0.0)):
+      colors = ["C3" if row["below_entropy_beyond_3se"] else "C0" for row in mine]
+      err = [3 * row["stderr" if key == "bpd" else "gap_stderr"] for row in mine]
+      for yi, row, c, e in zip(y, mine, colors, err, strict=True):
+        ax.errorbar(row[key], yi, xerr=e, fmt="o", color=c, capsize=3)
+      ax.axvline(ref, color="k", ls="--", lw=1, label="entropy" if key == "bpd" else None)
+      ax.set_yticks(y)
+      ax.set_yticklabels(labels if col == 0 else [""] * len(labels), fontsize=8)
+    r = results[f"{source}_qdpm"]
+    top.axvline(r["log2_num_levels"], color="gray", ls=":", lw=1, label="log2 K")
+    for prefix in ("oracle_bpd_monte_carlo_C", "test_bpd_monte_carlo_C"):
+      yi = y[[p for _, _, p in ENTROPY_ESTIMATES].index(prefix)]
+      gaps = np.asarray(r[f"{prefix}_repeats_gap"])
+      bottom.scatter(gaps, np.full(len(gaps), yi - 0.25), s=8, color="gray", zorder=3)
+    top.set_title(f"{source}: entropy {mine[0]['entropy_bpd']:.3f} bits/dim")
+    top.set_xlabel("test bits / dim (+- 3 s.e.)")
+    bottom.set_xlabel("bound - entropy, bits / dim (+- 3 s.e.; grey: MC repeats)")
+    top.legend(fontsize=8)
+  fig.tight_layout()
+  return fig
 
 
 METHOD = Method(

@@ -3,6 +3,7 @@
 import subprocess
 import sys
 
+from configs import quant_diffusion
 from experiments import list as listing
 
 
@@ -18,5 +19,5 @@ def test_module_prints_one_block_per_method():
   out = subprocess.run(
     [sys.executable, "-m", "experiments.list"], capture_output=True, text=True, check=True
   ).stdout
-  assert "quant_diffusion  [default, study, cifar10, gpu, tpu_pod]" in out
+  assert f"quant_diffusion  [{', '.join(quant_diffusion.VARIANTS)}]" in out
   assert "python experiments/train.py --config=configs/lm.py" in out

@@ -43,6 +43,22 @@ def test_run_reports_every_metric_and_compiles_the_step_once(tmp_path):
   assert os.path.exists(tmp_path / "samples.png")
 
 
+@pytest.mark.slow
+def test_known_entropy_run_reports_every_estimate_against_the_entropy(tmp_path):
+  config = tiny_config()
+  config.data.update(name="markov_levels", num_train=64)
+  config.eval.update(log_t_samples=4, mc_c_repeats=2)
+  results = loop.run(config, str(tmp_path)).results
+  assert results["entropy_bpd"] == pytest.approx(2.0433, abs=1e-4)
+  for _, kind, prefix in quant_diffusion.ENTROPY_ESTIMATES:
+    if kind == "qdpm":
+      assert math.isfinite(results[f"{prefix}_gap"]) and results[f"{prefix}_gap_stderr"] > 0, prefix
+  # delta_hat starts at zero (zero-initialised output layer), so six steps leave the bound ~log2 K
+  assert results["test_bpd_gap"] == pytest.approx(results["null_bpd_gap"], abs=0.05)
+  assert len(results["test_bpd_monte_carlo_C_repeats_gap"]) == 2
+  assert os.path.exists(tmp_path / "samples.png")
+
+
 @pytest.mark.parametrize("kind", ["vdm", "dequantized"])
 def test_baselines_run_and_are_not_snapped_to_the_grid(tmp_path, kind):
   results = loop.run(tiny_config(kind=kind), str(tmp_path)).results
