@@ -1,25 +1,5 @@
-"""QDPM: "Quantization-Aware Diffusion Models for Maximum Likelihood Training" (ICLR 2026, OpenReview
-5ekhMkawuT).
-
-Claim: with the denoiser `x_hat = softround(x_t, t) + u * delta_hat`, `u = exp(-1/t^2)`, the reverse
-VE SDE ends on the data's quantization grid (Prop. 2), and the bound
-`-log p(x_0) <= E_u[(1/2u) ||u delta_hat - delta_t||^2]` on the *discrete* pmf needs no truncation and
-no dequantization; QDPM's test bpd is below a VDM-style discrete model's, which is below a model of
-uniformly dequantized data.
-
-One phase, `train`, for each of three models on the same backbone (`config.model.kind`):
-  qdpm         the paper's parameterisation; trained on the C-free loss, evaluated with the full bound
-               (analytic C = log2 K per dimension, derived here); sampled with QDPM-Solver-1 (and -2).
-  vdm          plain x-prediction, bound truncated to [t_min, t_max] with a categorical decoder.
-  dequantized  the same continuous model on x_0 + U[0, 1), a Gaussian decoder (dequantized bpd).
-The maths lives in `core/quant_diffusion.py`; this module wires it to data, the optimiser and the loop.
-
-Choices where the paper is open: an MLP backbone on flattened images (the paper's VDM U-Net is a config
-away for image-sized data); EDM-style preconditioning for the baselines' x-prediction
-(`c + c_skip (x_t - c) + c_out F`) so that their network sees the same input scale as QDPM's; the
-QDPM network gets `u` as its time feature and the baselines a normalised log t; EMA parameters for
-evaluation and sampling.
-"""
+"""QDPM's phase: data, the three models on one backbone, the training step, the bound's evaluation
+and the samplers (the maths is in `core/quant_diffusion.py`)."""
 
 from __future__ import annotations
 
@@ -33,22 +13,14 @@ import ml_collections
 import numpy as np
 import optax
 
-from core import diffusion
+from core import diffusion, optim
 from core import quant_diffusion as qd
 from core.data import batching, entropy_sources, images
 from core.nn import precision
 from core.nn.mlp import TimeConditionedMLP
-from experiments.reports import figure_grid
 from methods.base import (
-  Method,
   Phase,
-  Report,
   cached_per_config,
-  require,
-  require_choice,
-  require_positive_int,
-  require_prepared_tfds,
-  with_changes,
 )
 
 KINDS = ("qdpm", "vdm", "dequantized")
@@ -66,7 +38,9 @@ def _digits(num_levels: int, split_seed: int):
 
 
 @cached_per_config(maxsize=4)
-def known_source(config: ml_collections.ConfigDict) -> entropy_sources.KnownEntropySource:
+def known_source(
+  config: ml_collections.ConfigDict,
+) -> entropy_sources.KnownEntropySource:
   """The known-entropy source named by `config.data.name` (`core/data/entropy_sources.py`)."""
   data = config.data
   return entropy_sources.make_source(
@@ -192,10 +166,20 @@ def per_example_nats(config, params, x0, rng):
     return qd.qdpm_train_loss(qdpm_delta_fn(config, params), x0, rng, grid)
   if kind == "vdm":
     return qd.vdm_discrete_loss(
-      baseline_x_hat_fn(config, params), x0, rng, grid, config.model.t_min, config.model.t_max
+      baseline_x_hat_fn(config, params),
+      x0,
+      rng,
+      grid,
+      config.model.t_min,
+      config.model.t_max,
     )
   return qd.dequantized_loss(
-    baseline_x_hat_fn(config, params), x0, rng, grid, config.model.t_min, config.model.t_max
+    baseline_x_hat_fn(config, params),
+    x0,
+    rng,
+    grid,
+    config.model.t_min,
+    config.model.t_max,
   )
 
 
@@ -205,21 +189,19 @@ def per_example_nats(config, params, x0, rng):
 
 
 def optimizer(config) -> optax.GradientTransformation:
-  """AdamW on a warmup-cosine schedule (warmup capped at half the run), global-norm clipping."""
-  warmup = min(config.optim.warmup_steps, config.steps // 2)
-  schedule = optax.warmup_cosine_decay_schedule(
-    0.0, config.optim.learning_rate, warmup, config.steps
-  )
-  return optax.chain(
-    optax.clip_by_global_norm(config.optim.grad_clip),
-    optax.adamw(schedule, weight_decay=config.optim.weight_decay),
-  )
+  o = config.optim
+  schedule = optim.warmup_cosine(o.learning_rate, o.warmup_steps, config.steps)
+  return optim.clipped_adam(schedule, o.grad_clip, o.weight_decay)
 
 
 def init_state(config, dim: int, rng, inputs=None):
   del inputs
   params = backbone(config).init(rng, jnp.zeros((1, dim)), jnp.zeros((1,)))
-  return {"params": params, "ema_params": params, "opt_state": optimizer(config).init(params)}
+  return {
+    "params": params,
+    "ema_params": params,
+    "opt_state": optimizer(config).init(params),
+  }
 
 
 def train_step(config, state, batch, rng):
@@ -277,7 +259,11 @@ def _over_chunks(chunk_fn, size: int, params, x: np.ndarray, rng):
 @cached_per_config(maxsize=32)
 def _sampler_fn(config: ml_collections.ConfigDict, dim: int, order: int):
   """Jitted `(params, rng) -> samples`: QDPM-Solver-`order`, or the baselines' ancestral sampler."""
-  grid, shape, steps = grid_of(config), (config.eval.num_samples, dim), config.eval.sampler_steps
+  grid, shape, steps = (
+    grid_of(config),
+    (config.eval.num_samples, dim),
+    config.eval.sampler_steps,
+  )
   if config.model.kind == "qdpm":
     sample = functools.partial(qd.qdpm_sample, shape=shape, grid=grid, num_steps=steps, order=order)
     return jax.jit(lambda p, r: sample(qdpm_delta_fn(config, p), r, snap_to_grid=False))
@@ -358,7 +344,11 @@ def oracle_shift_fn(config) -> qd.ShiftFn:
 def _log_t_fn(config: ml_collections.ConfigDict):
   """Jitted `(params, x0 chunk, rng) -> {"model"|"oracle": qd.log_t_estimates(...)}`: the trained
   QDPM's and the closed-form denoiser's bound sampled in `ln t` (finite variance for both)."""
-  grid, samples, oracle = grid_of(config), config.eval.log_t_samples, oracle_shift_fn(config)
+  grid, samples, oracle = (
+    grid_of(config),
+    config.eval.log_t_samples,
+    oracle_shift_fn(config),
+  )
 
   def chunk_fn(params, x0, rng):
     delta_fn = qdpm_delta_fn(config, params)
@@ -389,7 +379,11 @@ def _qdpm_known_entropy_estimates(config, splits, params, test, mc_c, rng) -> tu
   (the first one uses `mc_c`), as arrays."""
   log2_k = math.log2(config.data.num_levels)
   est = _over_chunks(
-    _log_t_fn(config), config.eval.chunk, params, splits["test"], jax.random.fold_in(rng, 1001)
+    _log_t_fn(config),
+    config.eval.chunk,
+    params,
+    splits["test"],
+    jax.random.fold_in(rng, 1001),
   )
   model, oracle = est["model"], est["oracle"]
   out = {
@@ -404,7 +398,10 @@ def _qdpm_known_entropy_estimates(config, splits, params, test, mc_c, rng) -> tu
   for r in range(config.eval.mc_c_repeats):
     key = jax.random.fold_in(rng, 2000 + r)
     mc = mc_c if r == 0 else np.asarray(_monte_carlo_C_fn(config)(test_x, key))
-    for name, theta in (("test_bpd", test - log2_k), ("oracle_bpd", oracle["bound"] - log2_k)):
+    for name, theta in (
+      ("test_bpd", test - log2_k),
+      ("oracle_bpd", oracle["bound"] - log2_k),
+    ):
       if r == 0:
         out[f"{name}_monte_carlo_C"] = theta + mc
       gap = theta + mc - nll
@@ -465,235 +462,3 @@ def phases(config: ml_collections.ConfigDict) -> list[Phase]:
       artifacts=lambda state, rng, inputs: sample_grid(config, state, rng, dim),
     )
   ]
-
-
-def validate(config: ml_collections.ConfigDict) -> None:
-  require_choice(config, "model.kind", KINDS)
-  require_choice(config, "model.dtype", precision.DTYPE_NAMES)
-  levels = config.data.num_levels
-  if config.data.name in SOURCES:
-    _validate_known_entropy(config)
-  elif config.data.name == "digits":
-    require(
-      isinstance(levels, int) and 2 <= levels <= 17,
-      "data.num_levels",
-      f"digits need 2..17, got {levels}",
-    )
-  else:
-    require(
-      isinstance(levels, int) and 2 <= levels <= 256,
-      "data.num_levels",
-      f"must be in 2..256, got {levels}",
-    )
-    require_prepared_tfds(config, "data.data_dir", config.data.name)
-  for field in (
-    "model.width",
-    "model.depth",
-    "eval.num_u_samples",
-    "eval.chunk",
-    "eval.num_samples",
-    "eval.sampler_steps",
-  ):
-    require_positive_int(config, field)
-  require(config.model.time_features % 2 == 0, "model.time_features", "must be even")
-  require(0 < config.model.t_min < config.model.t_max, "model.t_min", "need 0 < t_min < t_max")
-  require(config.model.sigma_data > 0, "model.sigma_data", "must be positive")
-  require(0.0 <= config.optim.ema_decay < 1.0, "optim.ema_decay", "must be in [0, 1)")
-  for name in config.study.sources:
-    require(name in SOURCES, "study.sources", f"{name!r} is not one of {SOURCES}")
-
-
-def _validate_known_entropy(config: ml_collections.ConfigDict) -> None:
-  data, levels = config.data, config.data.num_levels
-  require(
-    isinstance(levels, int) and 2 <= levels <= 256, "data.num_levels", f"need 2..256, got {levels}"
-  )
-  for field in (
-    "data.image_size",
-    "data.num_train",
-    "data.num_eval_examples",
-    "eval.log_t_samples",
-  ):
-    require_positive_int(config, field)
-  require(config.eval.log_t_samples >= 2, "eval.log_t_samples", "need >= 2 for a standard error")
-  require(config.eval.mc_c_repeats >= 1, "eval.mc_c_repeats", "must be >= 1")
-  require(data.level_std > 0, "data.level_std", f"must be positive, got {data.level_std}")
-  require(0.0 <= data.markov_stay < 1.0, "data.markov_stay", f"need [0, 1), got {data.markov_stay}")
-
-
-# ---------------------------------------------------------------------------------------------------
-# Study: QDPM vs the VDM-style discrete model vs the dequantized model, same data and backbone
-# ---------------------------------------------------------------------------------------------------
-
-
-def study_arms(config: ml_collections.ConfigDict):
-  """QDPM, the VDM-style discrete model and the dequantized model on the same data and backbone,
-  plus the discrete baseline at each extra truncation time in `config.study.vdm_t_mins`; with
-  `config.study.sources`, the three models on each known-entropy source instead (`<source>_<kind>`)."""
-  if config.study.sources:
-    return [
-      (f"{source}_{kind}", with_changes(config, data__name=source, model__kind=kind))
-      for source in config.study.sources
-      for kind in KINDS
-    ]
-  arms = []
-  for kind in KINDS:
-    arm = ml_collections.ConfigDict(config.to_dict())
-    arm.model.kind = kind
-    arms.append((kind, arm))
-  for t_min in config.study.vdm_t_mins:
-    arm = ml_collections.ConfigDict(config.to_dict())
-    arm.model.kind, arm.model.t_min = "vdm", t_min
-    arms.append((f"vdm_t_min={t_min:g}", arm))
-  return arms
-
-
-def report(config, results: Mapping[str, Mapping[str, float]]) -> Report:
-  if config.study.sources:
-    return entropy_report(config, results)
-  rows = [
-    {
-      "model": kind,
-      "test_bpd": r["test_bpd"],
-      "test_bpd_stderr": r["test_bpd_stderr"],
-      "train_bpd": r["train_bpd"],
-      "null_bpd": r["null_bpd"],
-      "on_grid_fraction": r["on_grid_fraction"],
-      "on_grid_fraction_before_t0": r["on_grid_fraction_before_t0"],
-    }
-    for kind, r in results.items()
-  ]
-  bpd = {kind: r["test_bpd"] for kind, r in results.items()}
-  summary = {
-    "qdpm_below_vdm": bpd["qdpm"] < bpd["vdm"],
-    "vdm_below_dequantized": bpd["vdm"] < bpd["dequantized"],
-    "qdpm_on_grid_fraction": results["qdpm"]["on_grid_fraction"],
-    "qdpm_solver2_on_grid_fraction": results["qdpm"].get("on_grid_fraction_solver2"),
-    "qdpm_test_bpd_monte_carlo_C": results["qdpm"].get("test_bpd_monte_carlo_C"),
-    "log2_num_levels": results["qdpm"]["log2_num_levels"],
-    "memorization_floor_bpd": results["qdpm"]["memorization_floor_bpd"],
-  }
-  fig, (axes,) = figure_grid(1, 2, figsize=(9, 3.5))
-  kinds = list(results)
-  axes[0].bar(
-    kinds, [bpd[k] for k in kinds], yerr=[results[k]["test_bpd_stderr"] for k in kinds], color="C0"
-  )
-  axes[0].axhline(summary["log2_num_levels"], color="gray", ls="--", label="null model (log2 K)")
-  axes[0].set_ylabel("test bits / dim")
-  axes[0].legend()
-  axes[1].bar(kinds, [results[k]["on_grid_fraction"] for k in kinds], color="C1")
-  axes[1].set_ylabel("sample coordinates on the grid")
-  axes[1].set_ylim(0, 1.05)
-  fig.tight_layout()
-  return Report(rows=rows, summary=summary, figures={"bpd_and_on_grid": fig})
-
-
-# ---------------------------------------------------------------------------------------------------
-# Study on data of known entropy: is the bound a bound?
-# ---------------------------------------------------------------------------------------------------
-
-# (label, arm kind, result prefix): every estimate of the test bound against the entropy
-ENTROPY_ESTIMATES = (
-  ("null model (delta_hat = 0)", "qdpm", "null_bpd"),
-  ("closed-form denoiser, analytic C", "qdpm", "oracle_bpd"),
-  ("closed-form denoiser, C sampled in log t", "qdpm", "oracle_bpd_importance_C"),
-  ("closed-form denoiser, plain Monte-Carlo C", "qdpm", "oracle_bpd_monte_carlo_C"),
-  ("QDPM, analytic C", "qdpm", "test_bpd"),
-  ("QDPM, analytic C, theta sampled in log t", "qdpm", "test_bpd_log_t"),
-  ("QDPM, C sampled in log t", "qdpm", "test_bpd_importance_C"),
-  ("QDPM, plain Monte-Carlo C", "qdpm", "test_bpd_monte_carlo_C"),
-  ("VDM-style discrete", "vdm", "test_bpd"),
-  ("dequantized", "dequantized", "test_bpd"),
-)
-
-
-def entropy_rows(config, results: Mapping[str, Mapping[str, float]]) -> list[dict]:
-  """One row per source and estimate: bpd, the signed gap to the entropy, both with standard errors;
-  for plain Monte-Carlo C also how many of the independent repeats fall below the entropy by more
-  than 3 of their own standard errors."""
-  rows = []
-  for source in config.study.sources:
-    for label, kind, prefix in ENTROPY_ESTIMATES:
-      r = results[f"{source}_{kind}"]
-      gap, gap_se = r[f"{prefix}_gap"], r[f"{prefix}_gap_stderr"]
-      row = {
-        "source": source,
-        "entropy_bpd": r["entropy_bpd"],
-        "estimate": label if kind != "vdm" else f"{label} (t_min = {config.model.t_min:g})",
-        "bpd": r[f"{prefix}_mean"],
-        "stderr": r[f"{prefix}_stderr"],
-        "gap": gap,
-        "gap_stderr": gap_se,
-        "gap_in_stderr": gap / gap_se if gap_se > 0 else float("nan"),
-        "below_entropy_beyond_3se": bool(gap < -3 * gap_se),
-        "repeats_below_entropy_beyond_3se": "",
-      }
-      repeats = r.get(f"{prefix}_repeats_gap")
-      if repeats is not None:
-        below = np.asarray(repeats) < -3 * np.asarray(r[f"{prefix}_repeats_gap_stderr"])
-        row["repeats_below_entropy_beyond_3se"] = f"{int(below.sum())}/{len(below)}"
-      rows.append(row)
-  return rows
-
-
-def entropy_report(config, results: Mapping[str, Mapping[str, float]]) -> Report:
-  """Table and figure of every estimate against the exact entropy, per known-entropy source."""
-  rows = entropy_rows(config, results)
-  summary = {}
-  for source in config.study.sources:
-    r = results[f"{source}_qdpm"]
-    summary[source] = {
-      "entropy_bpd": r["entropy_bpd"],
-      "log2_num_levels": r["log2_num_levels"],
-      "importance_sampled_C_bpd": r["importance_sampled_C_mean"],
-      "importance_sampled_C_stderr": r["importance_sampled_C_stderr"],
-      "below_entropy_beyond_3se": [
-        row["estimate"]
-        for row in rows
-        if row["source"] == source and row["below_entropy_beyond_3se"]
-      ],
-      "monte_carlo_C_repeat_gaps": {
-        "qdpm": [float(g) for g in r["test_bpd_monte_carlo_C_repeats_gap"]],
-        "closed_form": [float(g) for g in r["oracle_bpd_monte_carlo_C_repeats_gap"]],
-      },
-    }
-  return Report(
-    rows=rows, summary=summary, figures={"entropy_gaps": _entropy_figure(config, rows, results)}
-  )
-
-
-def _entropy_figure(config, rows, results):
-  """Top: each estimate +- 3 s.e. against the entropy (dashed) and log2 K (dotted); bottom: the
-  signed gap to the entropy +- 3 s.e.; grey dots: the independent plain Monte-Carlo repeats."""
-  sources = list(config.study.sources)
-  fig, axes = figure_grid(2, len(sources), figsize=(6.5 * len(sources), 8))
-  labels = [row["estimate"] for row in rows if row["source"] == sources[0]]
-  y = np.arange(len(labels))[::-1]
-  for col, source in enumerate(sources):
-    mine = [row for row in rows if row["source"] == source]
-    top, bottom = axes[0][col], axes[1][col]
-    for ax, key, ref in ((top, "bpd", mine[0]["entropy_bpd"]), (bottom, "gap", 0.0)):
-      colors = ["C3" if row["below_entropy_beyond_3se"] else "C0" for row in mine]
-      err = [3 * row["stderr" if key == "bpd" else "gap_stderr"] for row in mine]
-      for yi, row, c, e in zip(y, mine, colors, err, strict=True):
-        ax.errorbar(row[key], yi, xerr=e, fmt="o", color=c, capsize=3)
-      ax.axvline(ref, color="k", ls="--", lw=1, label="entropy" if key == "bpd" else None)
-      ax.set_yticks(y)
-      ax.set_yticklabels(labels if col == 0 else [""] * len(labels), fontsize=8)
-    r = results[f"{source}_qdpm"]
-    top.axvline(r["log2_num_levels"], color="gray", ls=":", lw=1, label="log2 K")
-    for prefix in ("oracle_bpd_monte_carlo_C", "test_bpd_monte_carlo_C"):
-      yi = y[[p for _, _, p in ENTROPY_ESTIMATES].index(prefix)]
-      gaps = np.asarray(r[f"{prefix}_repeats_gap"])
-      bottom.scatter(gaps, np.full(len(gaps), yi - 0.25), s=8, color="gray", zorder=3)
-    top.set_title(f"{source}: entropy {mine[0]['entropy_bpd']:.3f} bits/dim")
-    top.set_xlabel("test bits / dim (+- 3 s.e.)")
-    bottom.set_xlabel("bound - entropy, bits / dim (+- 3 s.e.; grey: MC repeats)")
-    top.legend(fontsize=8)
-  fig.tight_layout()
-  return fig
-
-
-METHOD = Method(
-  name="quant_diffusion", phases=phases, validate=validate, study_arms=study_arms, report=report
-)
