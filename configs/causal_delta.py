@@ -10,9 +10,10 @@ anti-parallel; the patch-wise Top-K variant beats the global one on multi-object
 Variants:
   default   ShapeTriplet pairs at 32x32 (10k train, 2k per test split; built once into a tfds folder),
             CDE-global on a small CNN, 1 seed, 390 Adam steps: ~2-3 min on 2 CPU cores.
-  study     experiments/study.py: vanilla, ICM, the CDE loss ablations and CDE on single-object
-            scenes, vanilla / global / patch-wise on multi-object scenes; 3 seeds per arm as one
-            array axis; ~15 min on 2 idle CPU cores.
+  study     experiments/study.py: vanilla, ICM, SMS, the CDE loss ablations and CDE on single-object
+            scenes, global / patch-wise on multi-object scenes; 3 seeds per arm as one array axis;
+            ~15 min on 2 idle CPU cores. `--config.study.digit_arms='("vanilla", "sms", "cde")'`
+            adds those arms on the data with digit objects (about 1.5 CPU-min each).
   gpu       paper scale on one accelerator: the 64x64 preset (100k train pairs, 10k per test split)
             prepared ahead in --config.data.data_dir, a patch ViT encoder with a masked-reconstruction
             warm-up, 30 epochs, 3 seeds vmapped.
@@ -50,11 +51,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.data.seed = 0  # which pairs are drawn
   config.data.comp_fraction = 0.3  # share of valid training pairs held out for OOD-comp
   config.data.num_syst_objects = 3  # classes held out for OOD-syst
+  config.data.objects = "shapes"  # "shapes" (8 classes) | "shapes_digits" (+ 10 sklearn digits)
   config.data.data_dir = ""  # tfds data_dir ("" = tfds's default folder)
   config.data.generate = True  # build the dataset there when missing (False: must be prepared)
 
   config.model = ml_collections.ConfigDict()
-  config.model.kind = "cde_global"  # "cde_global" | "cde_patch" | "vanilla" (ResPair) | "icm"
+  config.model.kind = "cde_global"  # "cde_global" | "cde_patch" | "vanilla" | "icm" | "sms"
   config.model.encoder = "cnn"  # "cnn" | "vit"
   config.model.channels = (16, 32, 64)  # CNN widths
   config.model.strides = (2, 2, 1)  # CNN strides: 32x32 -> an 8x8 patch grid
@@ -76,6 +78,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.loss.sparsity_reduction = "mean"  # L1 per coordinate ("sum": (1/B) sum_i ||delta_i||_1)
   config.loss.temperature = 0.1  # SupCon tau
   config.loss.adversary = 0.1  # icm: lambda of the object adversary
+  config.loss.sms = 1.0  # sms: weight of the block-invariance MSE (Causal Triplet's --sparse)
   config.loss.ramp_fraction = 0.5  # SupCon and L1 ramp up over this share of steps (0 = none)
 
   config.batch_size = 128
@@ -103,6 +106,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.study.single_arms = (
     "vanilla",
     "icm",
+    "sms",
     "cde_ce",
     "cde_ce_supcon",
     "cde_ce_l1",
@@ -110,6 +114,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     "cde_l1_sum",
   )  # single-object arms (methods/causal_delta/study.py: ARM_FIELDS)
   config.study.multi_arms = ("cde_global", "cde_patch", "cde_patch_per_patch")  # multi-object
+  config.study.digit_arms = ()  # arms on data.objects="shapes_digits" (e.g. "vanilla", "sms", "cde")
+  config.study.digit_num_syst_objects = 6  # of the 18 classes, held out for OOD-syst in those arms
 
   if variant == "study":
     config.num_seeds = 3

@@ -27,7 +27,18 @@ Models (`DeltaPairModel.kind`):
               logits are the mean of the patches' logits).
   vanilla     the ResPair baseline of Causal Triplet (`model/respair.py`, "subcon"): `p = ReLU(W h)`,
               `z = MLP([p1, p2 - p1])`, linear classifier on `z`. ICM adds an adversary that
-              predicts the object from `z` (see `methods/causal_delta.py`).
+              predicts the object from `z` (see `methods/causal_delta/__init__.py`); SMS adds the
+              block-invariance loss below on `(p1, p2)`.
+
+SMS baseline (sparse mechanism shift; Causal Triplet `sparsity/block.py` and `main.py`): the
+projection `p` is cut into one block of latent variables per action, an antonym pair sharing a block
+(`action_blocks`); `l // K` coordinates per block, the last block also taking the `l mod K` left over
+(`block_mask`). An action may change only its own block, so the other blocks must not move:
+
+    L_SMS = mean_{i, j} ((p1_ij - p2_ij) * (1 - m[block(a_i)]_j))^2      (mean over the B x l entries)
+
+added to the CE with a weight (Causal Triplet's `--sparse`, swept over 0.001-1). It needs the
+block of each action, which the paper's CDE does without.
 
 Also here: the masked-reconstruction warm-up that stands in for a pretrained backbone, and the
 probes of the paper's analysis (sparsity, invariance, antonym cosines).
@@ -195,6 +206,38 @@ def l1_sparsity(deltas: jax.Array, reduction: str = "sum") -> jax.Array:
   if reduction == "mean":
     per_item = per_item / deltas.shape[-1]
   return jnp.mean(per_item)
+
+
+def action_blocks(num_actions: int, antonym: dict[int, int]) -> np.ndarray:
+  """`[A]` latent block of each action: antonyms share one, every other action has its own, numbered
+  in order of first appearance (Causal Triplet `main.py`, `verb_block`)."""
+  block = np.full(num_actions, -1, np.int32)
+  count = 0
+  for action in range(num_actions):
+    if action in antonym and antonym[action] < action:
+      block[action] = block[antonym[action]]
+    else:
+      block[action] = count
+      count += 1
+  return block
+
+
+def block_mask(num_blocks: int, dim: int) -> np.ndarray:
+  """`[K, l]` 0/1 membership of the `l` coordinates in the `K` blocks: `l // K` consecutive
+  coordinates each, the last block also owning the `l mod K` trailing ones (`sparsity/block.py`)."""
+  if not 0 < num_blocks <= dim:
+    raise ValueError(f"block_mask: need 0 < num_blocks <= dim, got {num_blocks} blocks of {dim}")
+  owner = np.minimum(np.arange(dim) // (dim // num_blocks), num_blocks - 1)
+  return (owner[None, :] == np.arange(num_blocks)[:, None]).astype(np.float32)
+
+
+def block_invariance_loss(
+  before: jax.Array, after: jax.Array, blocks: jax.Array, num_blocks: int
+) -> jax.Array:
+  """The SMS loss (module docstring): the MSE between the projections `[B, l]` of the two images on
+  the coordinates outside each pair's intervened block `blocks` `[B]`, averaged over all B x l."""
+  invariant = 1.0 - jnp.asarray(block_mask(num_blocks, before.shape[-1]))[blocks]
+  return jnp.mean(((before - after) * invariant) ** 2)
 
 
 def cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:

@@ -1,8 +1,10 @@
-"""Causal delta embeddings: ShapeTriplet splits and renderer, the losses at known inputs, the zero
-delta of an intervention that changes nothing, a few steps of every model through the loop, the
-study report, and configuration errors naming the field."""
+"""Causal delta embeddings: ShapeTriplet splits and renderer (shapes, and shapes with digit objects),
+the losses at known inputs (SupCon, L1, the SMS baseline's block MSE), the zero delta of an
+intervention that changes nothing, a few steps of every model through the loop, the study report,
+and configuration errors naming the field."""
 
 import dataclasses
+import hashlib
 import math
 
 import chex
@@ -22,6 +24,7 @@ from methods.base import ConfigError, with_changes
 phases_lib, study_lib = causal_delta.phases_lib, causal_delta.study_lib  # `.phases` is the function
 
 TINY = triplets.Settings(num_train=96, num_eval=32)
+DIGITS = dataclasses.replace(TINY, objects="shapes_digits", num_syst_objects=6)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -29,13 +32,19 @@ TINY = triplets.Settings(num_train=96, num_eval=32)
 # ---------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("split_seed", [0, 1, 2, 3])
-def test_splits_hold_out_what_they_should(split_seed):
-  combos = triplets.combinations(triplets.Settings(split_seed=split_seed))
+@pytest.mark.parametrize(
+  "split_seed, objects, held",
+  [(0, "shapes", 3), (1, "shapes", 3), (2, "shapes", 3), (3, "shapes", 3)]
+  + [(0, "shapes_digits", 6), (1, "shapes_digits", 6)],
+)
+def test_splits_hold_out_what_they_should(split_seed, objects, held):
+  settings = triplets.Settings(split_seed=split_seed, objects=objects, num_syst_objects=held)
+  combos = triplets.combinations(settings)
   iid, comp, syst = set(combos.iid), set(combos.comp), set(combos.syst)
   assert not iid & comp and not iid & syst and not comp & syst
   assert not set(combos.train_objects) & set(combos.syst_objects)
-  assert len(combos.syst_objects) == 3
+  assert set(combos.train_objects) | set(combos.syst_objects) == set(range(settings.num_objects))
+  assert len(combos.syst_objects) == held
   assert {o for _, o in syst} == set(combos.syst_objects)
   assert {o for _, o in iid | comp} == set(combos.train_objects)
   assert iid | comp == set(triplets.valid_pairs(combos.train_objects))
@@ -54,20 +63,57 @@ def test_antonyms_are_symmetric_and_afforded_together():
     np.testing.assert_array_equal(triplets.AFFORDANCES[:, a], triplets.AFFORDANCES[:, b])
 
 
-def test_generated_records_respect_the_splits():
-  combos = triplets.combinations(TINY)
+@pytest.mark.parametrize("settings", [TINY, DIGITS], ids=["shapes", "shapes_digits"])
+def test_generated_records_respect_the_splits(settings):
+  combos = triplets.combinations(settings)
   for split in triplets.SPLITS:
-    records = triplets.generate(TINY, split)
+    records = triplets.generate(settings, split)
     pairs = set(zip(records["action"].tolist(), records["object"].tolist(), strict=True))
     assert pairs <= set(combos.pairs(split)), split
     palettes = triplets.SCENE_PALETTES if split == "scene" else triplets.TRAIN_PALETTES
     assert set(records["palette"].tolist()) <= set(palettes)
-    assert records["before"].shape == (TINY.split_size(split), 32, 32, 3)
+    assert records["before"].shape == (settings.split_size(split), 32, 32, 3)
     assert records["before"].dtype == np.uint8
 
 
-def test_renderer_is_deterministic_and_changes_only_the_target():
-  clean = triplets.Settings(num_train=64, num_eval=64, noise_sigma=0.0, max_shift=0)
+def _digest(records: dict) -> str:
+  digest = hashlib.sha256()
+  for name in sorted(records):
+    digest.update(name.encode() + np.ascontiguousarray(records[name]).tobytes())
+  return digest.hexdigest()[:16]
+
+
+def test_default_data_is_unchanged_by_the_digit_option():
+  """The shapes-only pairs are what the documented results were measured on (first release)."""
+  assert triplets.config_name(TINY) == "custom-30df8039c357"
+  assert _digest(triplets.generate_chunk(triplets.Settings(), "train", 0)) == "92fcaeb3c58d0ce5"
+  multi = triplets.Settings(scene="multi")
+  assert _digest(triplets.generate_chunk(multi, "comp", 3)) == "af8a730189f9a716"
+
+
+def test_digit_objects_are_drawn_from_scikit_learn_digits():
+  fields = triplets.digit_glyphs()
+  assert len(fields) == 10 and sum(len(f) for f in fields) == 1797
+  assert all(f.min() < 0 < f.max() for f in fields)  # ink and background in every class
+  records = triplets.generate(DIGITS, "train")
+  digit_rows = records["object"] >= len(triplets.OBJECTS)
+  assert 0 < digit_rows.mean() < 1  # shapes and digits both appear
+  assert not np.any(triplets.AFFORDANCES[len(triplets.OBJECTS) :, triplets.ACTIONS.index("fill")])
+  with pytest.raises(ValueError, match="Settings.objects must be one of"):
+    triplets.Settings(objects="letters")
+  # two instances of one digit class differ (handwriting), the same instance does not
+  qx, qy = np.meshgrid(np.linspace(-1, 1, 16), np.linspace(-1, 1, 16))
+  q = np.broadcast_to(qx, (3, 16, 16)), np.broadcast_to(qy, (3, 16, 16))
+  distance = triplets.glyph_distance(3, np.array([0.0, 0.0, 0.5]), *q)
+  np.testing.assert_array_equal(distance[0], distance[1])
+  assert np.any((distance[0] < 0) != (distance[2] < 0))
+
+
+@pytest.mark.parametrize("objects", ["shapes", "shapes_digits"])
+def test_renderer_is_deterministic_and_changes_only_the_target(objects):
+  clean = triplets.Settings(
+    num_train=64, num_eval=64, noise_sigma=0.0, max_shift=0, objects=objects, num_syst_objects=3
+  )
   for scene in triplets.SCENES:
     settings = dataclasses.replace(clean, scene=scene)
     first = triplets.generate_chunk(settings, "train", 0)
@@ -153,6 +199,41 @@ def test_an_intervention_that_changes_nothing_gives_a_zero_delta(kind):
     assert out.patch_embedding.shape == (3, 4, 64) and out.patch_index.shape == (3, 4)
 
 
+def test_sms_blocks_follow_causal_triplet():
+  """One block per action, antonyms sharing one: here exactly the attribute families."""
+  blocks = cde.action_blocks(len(triplets.ACTIONS), triplets.ANTONYM)
+  families = [triplets.FAMILIES.index(triplets.FAMILY[a]) for a in triplets.ACTIONS]
+  assert blocks.tolist() == families and phases_lib.NUM_BLOCKS == 5
+  mask = cde.block_mask(5, 64)
+  np.testing.assert_array_equal(mask.sum(0), 1.0)  # every coordinate in exactly one block
+  assert mask.sum(1).tolist() == [12, 12, 12, 12, 16]  # 64 // 5 each, the 4 left over in the last
+  with pytest.raises(ValueError, match="num_blocks <= dim"):
+    cde.block_mask(6, 5)
+
+
+def naive_block_mse(z1, z2, blocks, num_blocks):
+  """Causal Triplet's `sparse_criterion_with_label`, written out with numpy."""
+  ratio, extra = z1.shape[1] // num_blocks, z1.shape[1] % num_blocks
+  one_hot = np.eye(num_blocks)[blocks]
+  action = np.concatenate([np.repeat(one_hot, ratio, 1), np.repeat(one_hot[:, -1:], extra, 1)], 1)
+  return np.mean((z1 * (1 - action) - z2 * (1 - action)) ** 2)
+
+
+def test_sms_loss_ignores_the_intervened_block_only():
+  rng = np.random.default_rng(0)
+  z1, z2 = rng.normal(size=(4, 11)), rng.normal(size=(4, 11))
+  blocks = np.array([0, 2, 1, 2])
+  got = cde.block_invariance_loss(jnp.asarray(z1), jnp.asarray(z2), jnp.asarray(blocks), 3)
+  np.testing.assert_allclose(got, naive_block_mse(z1, z2, blocks, 3), rtol=1e-6)
+  # a change inside each pair's own block costs nothing; one outside it does
+  own = jnp.asarray(cde.block_mask(3, 11)[blocks])
+  moved = jnp.asarray(z1) + 5.0 * own
+  assert float(cde.block_invariance_loss(jnp.asarray(z1), moved, jnp.asarray(blocks), 3)) == 0.0
+  other = jnp.asarray(z1) + 5.0 * (1 - own)
+  value = cde.block_invariance_loss(jnp.asarray(z1), other, jnp.asarray(blocks), 3)
+  assert float(value) == pytest.approx(25.0 * float((1 - own).mean()))
+
+
 def test_top_k_keeps_the_largest_patch_deltas():
   deltas = jnp.zeros((1, 6, 2)).at[0, 4].set(3.0).at[0, 1].set(-2.0).at[0, 5].set(0.5)
   selected, index = cde.top_k_patches(deltas, 2)
@@ -213,9 +294,16 @@ def test_default_model_runs_through_the_loop_with_a_warmup(tmp_path):
   "changes",
   [
     dict(model__kind="icm", loss__supcon=0.0, loss__sparsity=0.0),
+    dict(
+      model__kind="sms",
+      loss__supcon=0.0,
+      loss__sparsity=0.0,
+      data__objects="shapes_digits",
+      data__num_syst_objects=6,
+    ),
     dict(model__kind="cde_patch", model__patch_loss="per_patch", data__scene="multi"),
   ],
-  ids=["icm", "patch_per_patch"],
+  ids=["icm", "sms_on_digits", "patch_per_patch"],
 )
 def test_a_train_step_of_each_model_is_finite_and_changes_the_encoder(tmp_path, changes):
   config = tiny_config(tmp_path, **changes)
@@ -225,15 +313,23 @@ def test_a_train_step_of_each_model_is_finite_and_changes_the_encoder(tmp_path, 
   assert all(np.isfinite(float(v)) for v in metrics.values())
   encoder = lambda s: s["params"]["params"]["encoder"]  # noqa: E731
   assert not np.allclose(jax.tree.leaves(encoder(new))[0], jax.tree.leaves(encoder(state))[0])
-  if changes["model__kind"] == "icm":
+  kind = changes.get("model__kind", "cde_global")
+  if kind == "icm":
     assert "adversary_ce" in metrics and "adversary" in new
+  if kind == "sms":
+    assert float(metrics["block_mse"]) > 0
+  if "data__objects" in changes:
+    assert batch["object"].max() >= len(triplets.OBJECTS)  # digit classes are trained on
 
 
 def test_study_report_states_the_claims(tmp_path):
-  config = tiny_config(tmp_path, num_seeds=3)
+  config = tiny_config(tmp_path, num_seeds=3, study__digit_arms=("vanilla", "sms", "cde"))
   arms = dict(study_lib.study_arms(config))
-  assert set(arms) >= {"vanilla", "icm", "cde", "cde_ce", "multi_cde_patch"}
+  assert set(arms) >= {"vanilla", "icm", "sms", "cde", "cde_ce", "multi_cde_patch", "digits_sms"}
   assert arms["multi_cde_patch"].data.scene == "multi" and arms["vanilla"].loss.supcon == 0
+  assert arms["sms"].model.kind == "sms" and arms["sms"].loss.sms > 0
+  assert arms["digits_cde"].data.objects == "shapes_digits"
+  assert arms["digits_cde"].data.num_syst_objects == 6 and arms["cde"].data.objects == "shapes"
   rng = np.random.default_rng(0)
   results = {}
   for name in arms:
@@ -254,6 +350,10 @@ def test_study_report_states_the_claims(tmp_path):
   assert [row["arm"] for row in report.rows] == list(arms)
   for key in ("ood_comp_gain_cde_vs_vanilla_pts", "gap_ratio_cde_over_vanilla"):
     assert key in report.summary
+  for key in ("ood_syst_gain_cde_vs_sms_pts", "digits_gap_ratio_cde_over_sms", "sms_gap"):
+    assert key in report.summary
+  sms_row = report.rows[[row["arm"] for row in report.rows].index("sms")]
+  assert sms_row["loss"] == "CE + 1 block MSE"
   assert "multi_cde_patch_minus_global_ood_accuracy_pts" in report.summary
   assert "causal_delta_study" in report.figures
 
@@ -272,6 +372,16 @@ def test_study_report_states_the_claims(tmp_path):
     (dict(model__top_k=65), "config.model.top_k: exceeds the encoder's 8x8 patches"),
     (dict(data__num_syst_objects=6), "config.data.num_syst_objects: no 6 classes"),
     (dict(data__generate=False), "config.data.data_dir: no prepared tfds dataset"),
+    (dict(model__kind="sms"), "config.loss.supcon: the sms baseline trains on CE only"),
+    (
+      dict(model__kind="sms", loss__supcon=0.0, loss__sparsity=0.0, loss__sms=0.0),
+      "config.loss.sms: must be > 0",
+    ),
+    (dict(data__objects="letters"), "config.data.objects: must be one of"),
+    (
+      dict(data__objects="shapes_digits", data__num_syst_objects=18),
+      "config.data.num_syst_objects: must be below the 18 classes",
+    ),
   ],
 )
 def test_bad_fields_are_named(tmp_path, changes, message):

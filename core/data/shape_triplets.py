@@ -15,6 +15,12 @@ World.
     object splits into two halves with a 2-px gap; precondition: not broken). Three antonym pairs.
   * Affordances (`AFFORDANCES`): each class supports 4-6 actions, as a fridge can be opened but not
     sliced in ProcTHOR; an attribute a class does not afford is never drawn.
+  * Optional digit objects (`Settings.objects = "shapes_digits"`): the 10 classes of scikit-learn's
+    bundled 8x8 handwritten digits (`sklearn.datasets.load_digits`, no download) as 10 more object
+    classes (`DIGITS`, indices 8-17). Each record draws one of the class's ~180 handwritten
+    instances, upsampled to a signed-distance field; a digit is drawn, lidded, lit, painted and
+    broken like a shape. Digits do not afford fill/empty: their strokes (~3 px) are thinner than the
+    hollow outline, so an empty digit would look like a filled one.
   * Scenes: a two-colour gradient of a palette family plus low-frequency sinusoidal texture, and
     either 0-2 small plain distractor shapes ("single") or 3-4 full objects of which one is the
     target ("multi"). Before and after share the scene exactly.
@@ -43,6 +49,7 @@ Everything is a pure function of the `Settings` and their seeds: chunk `c` of sp
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import itertools
 import json
@@ -52,6 +59,10 @@ import numpy as np
 import tensorflow_datasets as tfds
 
 OBJECTS = ("square", "circle", "triangle", "cross", "ring", "diamond", "l_shape", "bar")
+DIGITS = tuple(f"digit_{d}" for d in range(10))
+# The classes a `Settings.objects` choice draws from; class indices are global (digits are 8-17).
+OBJECT_SETS = {"shapes": OBJECTS, "shapes_digits": OBJECTS + DIGITS}
+ALL_OBJECTS = OBJECTS + DIGITS
 ACTIONS = ("open", "close", "fill", "empty", "turn_on", "turn_off", "paint", "break")
 ANTONYM_PAIRS = (("open", "close"), ("fill", "empty"), ("turn_on", "turn_off"))
 ANTONYM = {
@@ -70,13 +81,24 @@ AFFORDED_FAMILIES = {
   "diamond": ("fill", "lamp", "paint", "break"),
   "l_shape": ("lid", "fill", "paint"),
   "bar": ("lid", "lamp", "break"),
+  # digits: 3-4 of the families other than fill (module docstring)
+  "digit_0": ("lid", "lamp", "paint"),
+  "digit_1": ("lid", "paint", "break"),
+  "digit_2": ("lamp", "paint", "break"),
+  "digit_3": ("lid", "lamp", "break"),
+  "digit_4": ("lid", "lamp", "paint", "break"),
+  "digit_5": ("lid", "lamp", "paint"),
+  "digit_6": ("lid", "paint", "break"),
+  "digit_7": ("lamp", "paint", "break"),
+  "digit_8": ("lid", "lamp", "break"),
+  "digit_9": ("lid", "lamp", "paint", "break"),
 }
-# AFFORDANCES[object, action]: the action is valid on the class.
+# AFFORDANCES[object, action]: the action is valid on the class (rows: ALL_OBJECTS).
 AFFORDANCES = np.array(
-  [[FAMILY[a] in AFFORDED_FAMILIES[o] for a in ACTIONS] for o in OBJECTS], dtype=bool
+  [[FAMILY[a] in AFFORDED_FAMILIES[o] for a in ACTIONS] for o in ALL_OBJECTS], dtype=bool
 )
 _FAMILY_AFFORDED = np.array(
-  [[f in AFFORDED_FAMILIES[o] for f in FAMILIES] for o in OBJECTS], dtype=bool
+  [[f in AFFORDED_FAMILIES[o] for f in FAMILIES] for o in ALL_OBJECTS], dtype=bool
 )
 
 # Palette families (two gradient end colours); the last two appear only in the `scene` split.
@@ -108,6 +130,8 @@ class Settings:
     split_seed: which classes and pairs are held out; seed: the pairs drawn.
     comp_fraction: share of the training classes' valid pairs held out for `comp`.
     num_syst_objects: classes held out for `syst`.
+    objects: the object classes, a key of `OBJECT_SETS` ("shapes": the 8 shapes; "shapes_digits":
+      the shapes and the 10 digits).
   """
 
   image_size: int = 32
@@ -120,9 +144,20 @@ class Settings:
   seed: int = 0
   comp_fraction: float = 0.3
   num_syst_objects: int = 3
+  objects: str = "shapes"
+
+  def __post_init__(self):
+    if self.objects not in OBJECT_SETS:
+      raise ValueError(
+        f"Settings.objects must be one of {tuple(OBJECT_SETS)}, got {self.objects!r}"
+      )
 
   def split_size(self, split: str) -> int:
     return self.num_train if split == "train" else self.num_eval
+
+  @property
+  def num_objects(self) -> int:
+    return len(OBJECT_SETS[self.objects])
 
 
 PRESETS = {
@@ -147,6 +182,7 @@ class Combinations:
   iid: tuple[tuple[int, int], ...]
   comp: tuple[tuple[int, int], ...]
   syst: tuple[tuple[int, int], ...]
+  num_objects: int = len(OBJECTS)
 
   def pairs(self, split: str) -> tuple[tuple[int, int], ...]:
     if split in ("train", "iid", "scene"):
@@ -156,7 +192,7 @@ class Combinations:
   def objects(self, split: str) -> tuple[int, ...]:
     """Classes that may appear in the split's scenes (targets and the other objects)."""
     if split == "syst":
-      return tuple(range(len(OBJECTS)))
+      return tuple(range(self.num_objects))
     return self.train_objects
 
 
@@ -164,16 +200,18 @@ def valid_pairs(objects) -> list[tuple[int, int]]:
   return [(a, o) for o in objects for a in range(len(ACTIONS)) if AFFORDANCES[o, a]]
 
 
-def held_out_objects(split_seed: int, count: int, min_objects_per_action: int = 2):
-  """A seeded choice of `count` classes whose removal leaves every action afforded by at least
-  `min_objects_per_action` of the remaining classes."""
+@functools.cache
+def held_out_objects(
+  split_seed: int, count: int, min_objects_per_action: int = 2, num_objects: int = len(OBJECTS)
+):
+  """A seeded choice of `count` of the first `num_objects` classes whose removal leaves every action
+  afforded by at least `min_objects_per_action` of the remaining classes."""
+  afforded = AFFORDANCES[:num_objects].astype(np.int64)
+  total = afforded.sum(0)
   candidates = [
     held
-    for held in itertools.combinations(range(len(OBJECTS)), count)
-    if np.all(
-      AFFORDANCES[[o for o in range(len(OBJECTS)) if o not in held]].sum(0)
-      >= min_objects_per_action
-    )
+    for held in itertools.combinations(range(num_objects), count)
+    if np.all(total - afforded[list(held)].sum(0) >= min_objects_per_action)
   ]
   if not candidates:
     raise ValueError(f"no {count} classes can be held out with every action still seen")
@@ -202,14 +240,18 @@ def compositional_holdout(pairs, fraction: float, split_seed: int):
   return tuple(sorted(iid)), tuple(sorted(ood))
 
 
+@functools.cache
 def combinations(settings: Settings) -> Combinations:
-  syst_objects = held_out_objects(settings.split_seed, settings.num_syst_objects)
-  train_objects = tuple(o for o in range(len(OBJECTS)) if o not in syst_objects)
+  num_objects = settings.num_objects
+  syst_objects = held_out_objects(
+    settings.split_seed, settings.num_syst_objects, num_objects=num_objects
+  )
+  train_objects = tuple(o for o in range(num_objects) if o not in syst_objects)
   iid, comp = compositional_holdout(
     valid_pairs(train_objects), settings.comp_fraction, settings.split_seed
   )
   return Combinations(
-    train_objects, tuple(syst_objects), iid, comp, tuple(valid_pairs(syst_objects))
+    train_objects, tuple(syst_objects), iid, comp, tuple(valid_pairs(syst_objects)), num_objects
   )
 
 
@@ -268,6 +310,9 @@ def sample_scenes(rng: np.random.Generator, pairs: np.ndarray, objects, palettes
   before = {k: v.copy() for k, v in state.items()}
   after = {k: v.copy() for k, v in state.items()}
   apply_action(pairs[:, 0], before, after, rng.uniform(0.25, 0.75, n))
+  if settings.objects != "shapes":
+    # drawn last, so that the shapes-only scenes keep their random stream
+    scene["glyph"] = rng.random((n, slots))  # which handwritten instance a digit slot shows
   return scene, before, after
 
 
@@ -335,12 +380,71 @@ _SHAPES = (
 )
 
 
-def shape_distance(cls: np.ndarray, qx: np.ndarray, qy: np.ndarray) -> np.ndarray:
-  """Signed distance (object units) of each row's class `cls` `[N]` at `q` `[N, H, W]`."""
+_GLYPH_GRID = 32  # the digits' 8x8 pixels are upsampled to this grid before the distance transform
+_GLYPH_HALF = 0.9  # a glyph spans [-0.9, 0.9]^2 object units (a lid bar starts at -0.99)
+
+
+@functools.cache
+def digit_glyphs() -> tuple[np.ndarray, ...]:
+  """Per digit class, the signed distance fields `[n_c, G, G]` (object units, negative on ink) of
+  scikit-learn's bundled 8x8 handwritten digits: bilinear upsampling to G = 32, ink where the
+  intensity exceeds half the image's maximum, then Euclidean distance transforms."""
+  from scipy import ndimage
+  from sklearn.datasets import load_digits
+
+  digits = load_digits()
+  scale = _GLYPH_GRID / 8
+  images = ndimage.zoom(digits.images.astype(np.float64), (1, scale, scale), order=1)
+  pixel = 2 * _GLYPH_HALF / _GLYPH_GRID
+  fields = np.empty(images.shape, np.float32)
+  for i, image in enumerate(images):
+    ink = image > 0.5 * image.max()
+    outside = ndimage.distance_transform_edt(~ink) - 0.5
+    inside = ndimage.distance_transform_edt(ink) - 0.5
+    fields[i] = np.where(ink, -inside, outside) * pixel
+  return tuple(fields[digits.target == d] for d in range(len(DIGITS)))
+
+
+def glyph_distance(digit: int, glyph: np.ndarray, qx: np.ndarray, qy: np.ndarray) -> np.ndarray:
+  """Signed distance (object units) of digit class `digit` at `q` `[N, H, W]`; row i shows the
+  handwritten instance at quantile `glyph[i]` in [0, 1) of the class's instances. Bilinear inside
+  the glyph's square; outside it, the value at the nearest edge plus the distance to the square."""
+  fields = digit_glyphs()[digit]
+  index = np.minimum((np.asarray(glyph) * len(fields)).astype(np.int64), len(fields) - 1)
+  grid = _GLYPH_GRID
+
+  def coordinate(q):
+    return np.clip((q + _GLYPH_HALF) / (2 * _GLYPH_HALF) * grid - 0.5, 0.0, grid - 1.0)
+
+  u, v = coordinate(qy), coordinate(qx)  # row (image y grows downwards), column
+  u0, v0 = np.minimum(u.astype(np.int64), grid - 2), np.minimum(v.astype(np.int64), grid - 2)
+  du, dv = u - u0, v - v0
+  rows = np.arange(len(index))[:, None, None]
+  f = fields[index]  # [N, G, G]
+  value = (
+    f[rows, u0, v0] * (1 - du) * (1 - dv)
+    + f[rows, u0 + 1, v0] * du * (1 - dv)
+    + f[rows, u0, v0 + 1] * (1 - du) * dv
+    + f[rows, u0 + 1, v0 + 1] * du * dv
+  )
+  beyond = np.hypot(
+    np.maximum(np.abs(qx) - _GLYPH_HALF, 0.0), np.maximum(np.abs(qy) - _GLYPH_HALF, 0.0)
+  )
+  return (value + beyond).astype(qx.dtype)
+
+
+def shape_distance(
+  cls: np.ndarray, qx: np.ndarray, qy: np.ndarray, glyph: np.ndarray | None = None
+) -> np.ndarray:
+  """Signed distance (object units) of each row's class `cls` `[N]` at `q` `[N, H, W]`; digit
+  classes also need each row's instance quantile `glyph` `[N]`."""
   out = np.empty_like(qx)
   for c in np.unique(cls):
     rows = cls == c
-    out[rows] = _SHAPES[c](qx[rows], qy[rows])
+    if c < len(OBJECTS):
+      out[rows] = _SHAPES[c](qx[rows], qy[rows])
+    else:
+      out[rows] = glyph_distance(c - len(OBJECTS), glyph[rows], qx[rows], qy[rows])
   return out
 
 
@@ -408,7 +512,8 @@ def _draw_object(image, scene, state, k, x, y, unit):
   visible = present * ~gap[..., None]
 
   colour = hsv_to_rgb(state["hue"][:, k])[:, None, None]
-  distance = shape_distance(cls, qx, qy) * radius
+  glyph = scene["glyph"][:, k] if "glyph" in scene else None
+  distance = shape_distance(cls, qx, qy, glyph) * radius
   body = _alpha(distance)
   hollow = (~state["filled"][:, k] & afforded[:, FAMILIES.index("fill")])[:, None, None]
   outline = np.clip(0.5 + distance + 1.6 * unit, 0.0, 1.0)
@@ -481,7 +586,10 @@ def config_name(settings: Settings) -> str:
   for name, preset in PRESETS.items():
     if preset == settings:
       return name
-  digest = hashlib.sha1(json.dumps(dataclasses.asdict(settings), sort_keys=True).encode())
+  fields = dataclasses.asdict(settings)
+  if fields["objects"] == "shapes":
+    del fields["objects"]  # the names of shapes-only datasets predate the field
+  digest = hashlib.sha1(json.dumps(fields, sort_keys=True).encode())
   return f"custom-{digest.hexdigest()[:12]}"
 
 

@@ -4,19 +4,21 @@ benchmark and baselines follow Causal Triplet, github.com/CausalTriplet/causaltr
 
 Claim: an action classifier that sees only the delta `p(x~) - p(x)` of a shared projection, trained
 with `L_CE + 2 L_SupCon + 1 L_sparse` on the delta, generalises to unseen (action, object)
-compositions (OOD-comp) and unseen objects (OOD-syst) far better than pair models (ResPair, ICM):
-the IID-OOD gap drops from ~0.5 to ~0.2; antonym actions come out anti-parallel; the patch-wise
+compositions (OOD-comp) and unseen objects (OOD-syst) far better than pair models (ResPair, ICM,
+SMS): the IID-OOD gap drops from ~0.5 to ~0.2; antonym actions come out anti-parallel; the patch-wise
 Top-K model beats the global one on multi-object scenes.
 
 Map to the paper:
   `core/data/shape_triplets.py`  procedural before/after pairs (8 objects, 8 actions with
                                  preconditions and 3 antonym pairs, shared scenes, counterfactual
                                  noise), Causal Triplet's comp / noun splits plus scene and
-                                 multi-object variants, as a tfds builder.
+                                 multi-object variants, optionally 10 handwritten-digit classes
+                                 (scikit-learn's bundled digits), as a tfds builder.
   `core/nn/cnn.py`               the encoders: a small CNN (default) and a patch ViT on the shared
                                  transformer (gpu).
   `core/causal_delta.py`         delta embeddings (Model A global, Model B Top-K patches), the loss
-                                 (CE, SupCon, L1), the ResPair head and ICM adversary, the masked-
+                                 (CE, SupCon, L1), the ResPair head, the ICM adversary and the SMS
+                                 block-invariance loss (Causal Triplet's), the masked-
                                  reconstruction warm-up, the probes (sparsity, invariance, cosines).
   `phases.py`                    `warmup` (optional) and `train` phases, seeds as an array axis,
                                  evaluation on the IID / comp / syst / scene splits.
@@ -33,11 +35,14 @@ example predictions for the figures.
 Choices where the paper is open: no pretrained DINO offline, so the encoder is trained end to end
 from scratch for every model (optionally after a masked-reconstruction warm-up); the baselines use
 the same encoder and budget; "ICM" uses the action adversary only (Causal Triplet's state critic is
-off); Adam at 3e-3 with clipping for every model (at 3e-4 or 1e-3 none fits in 5 CPU epochs); SupCon
-and L1 ramp up over the first half of training (`loss.ramp_fraction`: at full weight from step 0
-they drown the CE of an untrained encoder) and L1 is averaged over the delta's coordinates
-(`loss.sparsity_reduction`: the sum collapses the delta); the rest is listed in `core/causal_delta.py`
-and `core/data/shape_triplets.py`.
+off); "SMS" is Causal Triplet's block-sparsity regulariser on ResPair's projections, its blocks
+taken from the action labels as there (antonyms share one; here they coincide with the attribute
+families), weight `loss.sms = 1` (the top of Causal Triplet's 0.001-1 sweep); Adam at 3e-3 with
+clipping for every model (at 3e-4 or 1e-3 none fits in 5 CPU epochs); SupCon and L1 ramp up over the
+first half of training (`loss.ramp_fraction`: at full weight from step 0 they drown the CE of an
+untrained encoder) and L1 is averaged over the delta's coordinates (`loss.sparsity_reduction`: the
+sum collapses the delta); the rest is listed in `core/causal_delta.py` and
+`core/data/shape_triplets.py`.
 """
 
 from __future__ import annotations
@@ -56,6 +61,7 @@ def _validate_data(config: ml_collections.ConfigDict) -> None:
   for field in ("data.image_size", "data.num_train", "data.num_eval", "data.num_syst_objects"):
     require_positive_int(config, field)
   require_choice(config, "data.scene", triplets.SCENES)
+  require_choice(config, "data.objects", tuple(triplets.OBJECT_SETS))
   require(
     data.image_size % 8 == 0, "data.image_size", f"must be a multiple of 8, got {data.image_size}"
   )
@@ -64,8 +70,14 @@ def _validate_data(config: ml_collections.ConfigDict) -> None:
   require(
     isinstance(data.max_shift, int) and data.max_shift >= 0, "data.max_shift", "must be an int >= 0"
   )
+  num_objects = len(triplets.OBJECT_SETS[data.objects])
+  require(
+    data.num_syst_objects < num_objects,
+    "data.num_syst_objects",
+    f"must be below the {num_objects} classes of data.objects={data.objects!r}",
+  )
   try:
-    triplets.held_out_objects(data.split_seed, data.num_syst_objects)
+    triplets.held_out_objects(data.split_seed, data.num_syst_objects, num_objects=num_objects)
   except ValueError as error:
     require(False, "data.num_syst_objects", str(error))
   require(
@@ -122,7 +134,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
     "model.top_k",
     f"exceeds the encoder's {grid[0]}x{grid[1]} patches",
   )
-  if m.kind in ("vanilla", "icm"):
+  if m.kind in phases_lib.BASELINES:
     require(
       config.loss.supcon == 0 and config.loss.sparsity == 0,
       "loss.supcon",
@@ -130,8 +142,19 @@ def validate(config: ml_collections.ConfigDict) -> None:
       "--config.loss.sparsity=0",
     )
   require(config.loss.temperature > 0, "loss.temperature", "must be positive")
-  for field in ("ce", "supcon", "sparsity", "adversary"):
+  for field in ("ce", "supcon", "sparsity", "adversary", "sms"):
     require(config.loss[field] >= 0, f"loss.{field}", "must be >= 0")
+  if m.kind == "sms":
+    require(
+      config.loss.sms > 0,
+      "loss.sms",
+      "must be > 0 for model.kind='sms' (0 is the vanilla baseline)",
+    )
+    require(
+      m.embed_dim >= phases_lib.NUM_BLOCKS,
+      "model.embed_dim",
+      f"must be >= the {phases_lib.NUM_BLOCKS} latent blocks of the SMS baseline",
+    )
   require(config.optim.learning_rate > 0, "optim.learning_rate", "must be positive")
   require(0.0 < config.warmup.mask_ratio < 1.0, "warmup.mask_ratio", "must lie in (0, 1)")
   if config.warmup.steps:

@@ -24,7 +24,11 @@ from core.data import shape_triplets as triplets
 from core.nn.cnn import ConvEncoder, PatchViT
 from methods.base import Phase, cached_per_config
 
-MODEL_KINDS = ("cde_global", "cde_patch", "vanilla", "icm")
+MODEL_KINDS = ("cde_global", "cde_patch", "vanilla", "icm", "sms")
+BASELINES = ("vanilla", "icm", "sms")  # the ResPair pair model, with CE (+ the baseline's term)
+# Causal Triplet's latent blocks: one per action, antonyms sharing one (here: one per FAMILIES entry)
+ACTION_BLOCKS = cde.action_blocks(len(triplets.ACTIONS), triplets.ANTONYM)
+NUM_BLOCKS = int(ACTION_BLOCKS.max()) + 1
 EVAL_SPLITS = ("iid", "comp", "syst", "scene")
 RESULT_NAMES = {"iid": "iid", "comp": "ood_comp", "syst": "ood_syst", "scene": "ood_scene"}
 
@@ -46,7 +50,12 @@ def settings_of(data: ml_collections.ConfigDict) -> triplets.Settings:
     seed=data.seed,
     comp_fraction=data.comp_fraction,
     num_syst_objects=data.num_syst_objects,
+    objects=data.objects,
   )
+
+
+def object_names(data: ml_collections.ConfigDict) -> tuple[str, ...]:
+  return triplets.OBJECT_SETS[data.objects]
 
 
 @cached_per_config(maxsize=4)
@@ -107,7 +116,7 @@ def model_of(config: ml_collections.ConfigDict) -> cde.DeltaPairModel:
   m = config.model
   return cde.DeltaPairModel(
     encoder=encoder_of(config),
-    kind="vanilla" if m.kind == "icm" else m.kind,
+    kind="vanilla" if m.kind in BASELINES else m.kind,
     num_actions=len(triplets.ACTIONS),
     embed_dim=m.embed_dim,
     hidden=m.hidden,
@@ -118,7 +127,7 @@ def model_of(config: ml_collections.ConfigDict) -> cde.DeltaPairModel:
 
 
 def adversary_of(config: ml_collections.ConfigDict) -> cde.Adversary:
-  return cde.Adversary(config.model.embed_dim, len(triplets.OBJECTS))
+  return cde.Adversary(config.model.embed_dim, len(object_names(config.data)))
 
 
 def loss_weights(config: ml_collections.ConfigDict, step=None) -> cde.LossWeights:
@@ -237,8 +246,9 @@ def init_state(config, rng, inputs) -> dict:
 
 
 def pair_loss(config, params, adversary_params, batch, step) -> tuple[jax.Array, dict]:
-  """One seed's training objective: CDE's `L_CE + a_c L_SupCon + a_s L_sparse`, the vanilla CE, or
-  ICM's `L_CE - lambda * CE(adversary(z), object)` (the model maximises the adversary's loss)."""
+  """One seed's training objective: CDE's `L_CE + a_c L_SupCon + a_s L_sparse`, the vanilla CE,
+  ICM's `L_CE - lambda * CE(adversary(z), object)` (the model maximises the adversary's loss), or
+  SMS's `L_CE + w * L_SMS(p1, p2)` on the blocks the action leaves alone."""
   model, kind = model_of(config), config.model.kind
   out = model.apply(params, as_images(batch["before"]), as_images(batch["after"]))
   if kind in ("cde_global", "cde_patch"):
@@ -251,6 +261,10 @@ def pair_loss(config, params, adversary_params, batch, step) -> tuple[jax.Array,
     adversary_logits = adversary_of(config).apply(adversary_params, out.embedding)
     parts["adversary_ce"] = cde.cross_entropy(adversary_logits, batch["object"])
     loss = loss - config.loss.adversary * parts["adversary_ce"]
+  if kind == "sms":
+    blocks = jnp.asarray(ACTION_BLOCKS)[batch["action"]]
+    parts["block_mse"] = cde.block_invariance_loss(out.before, out.after, blocks, NUM_BLOCKS)
+    loss = loss + config.loss.sms * parts["block_mse"]
   parts["accuracy"] = jnp.mean(jnp.argmax(out.logits, -1) == batch["action"])
   return loss, (parts, out.embedding)
 
@@ -478,7 +492,8 @@ def example_figure_from(config, results: dict, title: str = ""):
       ax.set_yticks([])
     truth = triplets.ACTIONS[splits[split]["action"][i]]
     guess = triplets.ACTIONS[predictions[i]]
-    axes[0, i].set_title(f"{truth}\n{triplets.OBJECTS[splits[split]['object'][i]]}", fontsize=7)
+    noun = triplets.ALL_OBJECTS[splits[split]["object"][i]]
+    axes[0, i].set_title(f"{truth}\n{noun}", fontsize=7)
     axes[1, i].set_xlabel(guess, fontsize=7, color="green" if truth == guess else "red")
   axes[0, 0].set_ylabel("before", fontsize=7)
   axes[1, 0].set_ylabel("after", fontsize=7)

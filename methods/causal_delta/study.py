@@ -1,13 +1,17 @@
 """The causal-delta study: baselines, the CDE loss ablations, and global vs patch-wise deltas.
 
 Arms (`config.study`), each `num_seeds` seeds as one array axis:
-  single-object scenes  `vanilla` (ResPair, CE), `icm` (ResPair + object adversary), `cde_ce` (delta,
-                        CE only), `cde_ce_supcon`, `cde_ce_l1`, `cde` (CE + 2 SupCon + 1 L1),
+  single-object scenes  `vanilla` (ResPair, CE), `icm` (ResPair + object adversary), `sms` (ResPair +
+                        Causal Triplet's block-invariance loss), `cde_ce` (delta, CE only),
+                        `cde_ce_supcon`, `cde_ce_l1`, `cde` (CE + 2 SupCon + 1 L1),
                         `cde_l1_sum` (L1 summed over the delta's coordinates, the formula as
                         written), and when listed `cde_no_ramp` (SupCon and L1 at full weight from
                         step 0) and `cde_warmup` (after the masked-reconstruction warm-up);
   multi-object scenes   `multi_<arm>` for `study.multi_arms`: `cde_global`, `cde_patch` (Top-K
-                        mean) and `cde_patch_per_patch` (per-patch losses); `vanilla` when listed.
+                        mean) and `cde_patch_per_patch` (per-patch losses); `vanilla` when listed;
+  digit objects         `digits_<arm>` for `study.digit_arms` (none by default): single-object scenes
+                        whose classes are the 8 shapes and the 10 scikit-learn digits, with
+                        `study.digit_num_syst_objects` classes held out for OOD-syst.
 The report tabulates accuracies (mean ± std over seeds), the gap and the probes, states each of the
 paper's claims as a number, and draws accuracies, the antonym cosine matrix, 2-D projections of the
 embeddings and example pairs with their predicted actions.
@@ -29,6 +33,7 @@ _CE_ONLY = dict(loss__supcon=0.0, loss__sparsity=0.0)
 ARM_FIELDS = {
   "vanilla": dict(model__kind="vanilla", **_CE_ONLY),
   "icm": dict(model__kind="icm", **_CE_ONLY),
+  "sms": dict(model__kind="sms", **_CE_ONLY),
   "cde_ce": dict(model__kind="cde_global", **_CE_ONLY),
   "cde_ce_supcon": dict(model__kind="cde_global", loss__sparsity=0.0),
   "cde_ce_l1": dict(model__kind="cde_global", loss__supcon=0.0),
@@ -48,6 +53,11 @@ def study_arms(config: ml_collections.ConfigDict):
   arms = [(name, with_changes(config, **ARM_FIELDS[name])) for name in config.study.single_arms]
   for name in config.study.multi_arms:
     arms.append((f"multi_{name}", with_changes(config, data__scene="multi", **ARM_FIELDS[name])))
+  digits = dict(
+    data__objects="shapes_digits", data__num_syst_objects=config.study.digit_num_syst_objects
+  )
+  for name in config.study.digit_arms:
+    arms.append((f"digits_{name}", with_changes(config, **digits, **ARM_FIELDS[name])))
   return arms
 
 
@@ -57,6 +67,8 @@ def _cell(result, key: str, scale: float = 100.0, digits: int = 1) -> str:
 
 def _losses(arm_config) -> str:
   kind = arm_config.model.kind
+  if kind == "sms":
+    return f"CE + {arm_config.loss.sms:g} block MSE"
   if kind in ("vanilla", "icm"):
     return "CE" + (f" - {arm_config.loss.adversary:g} adv" if kind == "icm" else "")
   parts = ["CE"]
@@ -73,6 +85,7 @@ def _row(name: str, arm_config, result) -> dict:
   row = {
     "arm": name,
     "scene": arm_config.data.scene,
+    "objects": arm_config.data.objects,
     "model": arm_config.model.kind,
     "loss": _losses(arm_config),
   }
@@ -98,19 +111,28 @@ def _difference(results, a: str, b: str, key: str) -> float | None:
 
 def _summary(results: Mapping[str, Mapping]) -> dict:
   summary = {}
-  for arm in ("cde", "vanilla", "icm", "cde_ce"):
+  headline = ("cde", "vanilla", "icm", "sms", "cde_ce")
+  for arm in headline + tuple(f"digits_{name}" for name in ("cde", "vanilla", "sms")):
     if arm in results:
       for key in ("iid_accuracy", "ood_comp_accuracy", "ood_syst_accuracy", "gap"):
         summary[f"{arm}_{key}"] = results[arm][key]
       summary[f"{arm}_antonym_cosine"] = results[arm]["antonym_cosine"]
   for split in ("ood_comp", "ood_syst", "ood_scene"):
-    summary[f"{split}_gain_cde_vs_vanilla_pts"] = _difference(
-      results, "cde", "vanilla", f"{split}_accuracy"
-    )
+    for baseline in ("vanilla", "sms"):
+      summary[f"{split}_gain_cde_vs_{baseline}_pts"] = _difference(
+        results, "cde", baseline, f"{split}_accuracy"
+      )
+      summary[f"digits_{split}_gain_cde_vs_{baseline}_pts"] = _difference(
+        results, "digits_cde", f"digits_{baseline}", f"{split}_accuracy"
+      )
+  for prefix in ("", "digits_"):
+    for baseline in ("vanilla", "sms"):
+      cde_arm, base_arm = f"{prefix}cde", f"{prefix}{baseline}"
+      if cde_arm in results and base_arm in results:
+        summary[f"{prefix}gap_ratio_cde_over_{baseline}"] = results[cde_arm]["gap"] / max(
+          results[base_arm]["gap"], 1e-9
+        )
   if "cde" in results and "vanilla" in results:
-    summary["gap_ratio_cde_over_vanilla"] = results["cde"]["gap"] / max(
-      results["vanilla"]["gap"], 1e-9
-    )
     summary["ood_order_cde_gt_ce_only_gt_vanilla"] = bool(
       "cde_ce" in results
       and results["cde"]["ood_accuracy"]
@@ -197,7 +219,11 @@ def _examples_panel(ax, arm_config, result) -> None:
     mosaic[size + 2 :, x : x + size] = split["after"][i]
     truth, guess = triplets.ACTIONS[split["action"][i]], triplets.ACTIONS[predictions[i]]
     ax.text(
-      x + size / 2, -2, f"{truth}\n{triplets.OBJECTS[split['object'][i]]}", ha="center", fontsize=6
+      x + size / 2,
+      -2,
+      f"{truth}\n{triplets.ALL_OBJECTS[split['object'][i]]}",
+      ha="center",
+      fontsize=6,
     )
     ax.text(
       x + size / 2,
@@ -221,9 +247,13 @@ def _figure(config, arms, results):
     _accuracy_bars(axes[0, 0], single, results, "single-object scenes")
   if multi:
     _accuracy_bars(axes[0, 1], multi, results, "multi-object scenes")
+  else:
+    axes[0, 1].axis("off")
   main = "cde" if "cde" in results else (single or multi)[-1]
   _cosine_panel(axes[0, 2], results[main], f"{main}: cosine of action-mean embeddings")
-  for ax, name in ((axes[1, 0], main), (axes[1, 1], "vanilla" if "vanilla" in results else main)):
+  baseline = ("digits_" if main.startswith("digits_") else "") + "vanilla"
+  baseline = baseline if baseline in results else main
+  for ax, name in ((axes[1, 0], main), (axes[1, 1], baseline)):
     phases_lib.scatter_projection(ax, results[name])
     ax.set_title(f"{name}: 2-D PCA of IID embeddings", fontsize=9)
   _examples_panel(axes[1, 2], arms[main], results[main])
