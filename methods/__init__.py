@@ -25,6 +25,8 @@ _MODULES = {
   "fastmix": "methods.fastmix",
   "token_guard": "methods.token_guard",
   "causal_delta": "methods.causal_delta",
+  "lightctrl": "methods.lightctrl",
+  "marc": "methods.marc",
 }
 
 

@@ -1,0 +1,272 @@
+"""The training-free phase: LightCtrl and its baselines on the trained networks (`core/relighting.py`).
+
+Arms (`config.evaluation.arms`):
+  source                 the input video (no relighting)
+  per_frame              the relighter on every frame, conditioned on the source frame (IC-Light)
+  per_frame_sdedit_<s>   the per-frame result re-noised to strength s, denoised by the video prior
+  lav_traj               progressive light fusion with trajectory light maps, without LMI and GAR
+                         (Light-A-Video's fusion loop; its consistent-light attention is not modelled)
+  lightctrl_no_lmi       fusion + GAR
+  lightctrl_no_gar       fusion + LMI
+  lightctrl              fusion + LMI + GAR (the full pipeline)
+  oracle                 the target render
+All fusion arms share one jitted sampler; LMI and GAR are traced switches of it.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from core import relight_metrics, relighting
+from core.data import lambertian
+from experiments.reports import figure_grid
+from methods.base import Phase, cached_per_config
+from methods.lightctrl import models as P
+
+FUSION_ARMS = {  # arm: (LMI, GAR)
+  "lav_traj": (0.0, 0.0),
+  "lightctrl_no_lmi": (0.0, 1.0),
+  "lightctrl_no_gar": (1.0, 0.0),
+  "lightctrl": (1.0, 1.0),
+}
+SDEDIT_PREFIX = "per_frame_sdedit_"
+METRICS = (
+  "psnr",
+  "ssim",
+  "light_following",
+  "psnr_light",
+  "source_leakage",
+  "flicker",
+  "prompt_error",
+)
+
+
+def known_arm(name: str) -> bool:
+  if name in ("source", "per_frame", "oracle") or name in FUSION_ARMS:
+    return True
+  if name.startswith(SDEDIT_PREFIX):
+    try:
+      return 0 < float(name[len(SDEDIT_PREFIX) :]) <= 1
+    except ValueError:
+      return False
+  return False
+
+
+# ---------------------------------------------------------------------------------------------------
+# The networks as the callables of core.relighting
+# ---------------------------------------------------------------------------------------------------
+
+
+def _relighter_fns(config, params) -> relighting.RelighterFns:
+  p = config.pipeline
+  net = P.relighter(config)
+
+  def eps(x, t, condition, prompt, conditional):
+    labels = jnp.where(conditional, prompt, P.NULL_PROMPT)
+    return net.apply(params, jnp.concatenate([x, condition], axis=-1), t, labels)
+
+  schedule = relighting.euler_schedule(P.alpha_bars(config), p.relight_steps, p.relight_strength)
+  return relighting.RelighterFns(eps=eps, guidance=p.relight_guidance, schedule=schedule)
+
+
+def _video_eps(config, params, prompt):
+  net = P.video_prior(config)
+
+  def eps(x, t, conditional):
+    labels = jnp.where(conditional, prompt, P.NULL_PROMPT)
+    return net.apply(params, x, t, labels)
+
+  return relighting.guided(eps, config.pipeline.guidance)
+
+
+def _frames(x: jax.Array) -> jax.Array:
+  return x.reshape(-1, *x.shape[2:])
+
+
+def make_relight(config, state, clips, gar: jax.Array):
+  """`(I, lambda, rng) -> I'`: GAR (if `gar` = 1) and the per-frame relighter from the light maps."""
+  p = config.pipeline
+  fns = _relighter_fns(config, state["relighter"])
+  ae = state["ae"]
+  z_normal = P.encode(config, ae, clips["normals"])
+  z_light = P.encode(config, ae, P.grey(clips["light_map"]))
+  prompts = jnp.repeat(clips["prompt"], config.data.frames)
+
+  def relight(images, lam, rng):
+    z_rgb = P.encode(config, ae, images)
+    z_gar = relighting.geometry_aware_latent(
+      z_normal, z_rgb, lam, p.gar_axes, p.gar_filter, p.gar_order
+    )
+    condition = gar * z_gar + (1.0 - gar) * z_rgb
+    if config.relighter.light_condition == "fbc":
+      condition = jnp.concatenate([condition, z_light], axis=-1)
+    z = relighting.relight_frames(fns, _frames(z_light), _frames(condition), prompts, rng)
+    return P.decode(config, ae, z.reshape(z_rgb.shape))
+
+  return relight
+
+
+def _pipeline_fns(config, state, clips, gar) -> relighting.PipelineFns:
+  return relighting.PipelineFns(
+    encode=lambda x: P.encode(config, state["ae"], x),
+    decode=lambda z: P.decode(config, state["ae"], z),
+    video_eps=_video_eps(config, state["vdm"], clips["prompt"]),
+    relight=make_relight(config, state, clips, gar),
+  )
+
+
+# ---------------------------------------------------------------------------------------------------
+# Jitted arms
+# ---------------------------------------------------------------------------------------------------
+
+
+def schedule_for(config, strength: float) -> relighting.EulerSchedule:
+  """`pipeline.num_steps` steps at `strength`: the shape never depends on the strength, so one jitted
+  sampler serves every arm."""
+  return relighting.euler_schedule(P.alpha_bars(config), config.pipeline.num_steps, strength)
+
+
+def lightctrl_video(config, state, clips, start, rng, lmi, gar, fuse_above, schedule):
+  """SDEdit of `start` (pixels) along `schedule`, LMI on its noised latent (`lmi` in {0, 1}), the
+  fusion loop (never when `fuse_above >= 1`), decoded. Sec. 3.2-3.4."""
+  p = config.pipeline
+  noise_key, inject_key, loop_key = jax.random.split(rng, 3)
+  fns = _pipeline_fns(config, state, clips, gar)
+  z0 = fns.encode(start)
+  sigma = schedule.sigmas[0]
+  z = relighting.noise_to(z0, sigma, jax.random.normal(noise_key, z0.shape))
+  scale = config.data.size / P.latent_size(config)
+  masks = relighting.lmi_masks(
+    clips["light_path"] / scale, z.shape[-2], config.data.light_radius / scale, p.mask_threshold
+  )
+  fresh = jax.random.normal(inject_key, z.shape)
+  if p.lmi_noise_scale == "sigma":
+    fresh = fresh * sigma
+  z = relighting.inject_light_map(z, lmi * masks, fresh, p.omega)
+  z = relighting.lightctrl_sample(fns, schedule, z, clips["source"], loop_key, fuse_above, p.detail)
+  return jnp.clip(fns.decode(z), 0.0, 1.0)
+
+
+@cached_per_config(maxsize=4)
+def jitted_fusion(config):
+  """`(state, clips, start, rng, lmi, gar, fuse_above, schedule) -> video`, all traced."""
+  return jax.jit(functools.partial(lightctrl_video, config))
+
+
+@cached_per_config(maxsize=4)
+def jitted_per_frame(config):
+  def run(state, clips, rng):
+    relight = make_relight(config, state, clips, jnp.float32(0.0))
+    return jnp.clip(relight(clips["source"], jnp.float32(0.0), rng), 0.0, 1.0)
+
+  return jax.jit(run)
+
+
+@cached_per_config(maxsize=4)
+def jitted_metrics(config):
+  def metrics(video, clips, colours):
+    return relight_metrics.all_metrics(video, clips, colours, lambertian.AMBIENT)
+
+  return jax.jit(metrics)
+
+
+def run_arms(config, state, rng) -> tuple[dict[str, np.ndarray], dict]:
+  """Every arm of `config.evaluation.arms` on the evaluation clips: their videos and the clips."""
+  clips_np = P.evaluation_clips(config)
+  clips = {k: jnp.asarray(v) for k, v in clips_np.items()}
+  videos: dict[str, np.ndarray] = {}
+  arms = tuple(config.evaluation.arms)
+  per_frame = None
+  if "per_frame" in arms or any(a.startswith(SDEDIT_PREFIX) for a in arms):
+    per_frame = jitted_per_frame(config)(state, clips, jax.random.fold_in(rng, 0))
+  for index, arm in enumerate(arms):
+    key = jax.random.fold_in(rng, index + 1)
+    if arm == "source":
+      out = clips["source"]
+    elif arm == "oracle":
+      out = clips["target"]
+    elif arm == "per_frame":
+      out = per_frame
+    elif arm.startswith(SDEDIT_PREFIX):
+      schedule = schedule_for(config, float(arm[len(SDEDIT_PREFIX) :]))
+      out = jitted_fusion(config)(state, clips, per_frame, key, 0.0, 0.0, 2.0, schedule)
+    else:
+      lmi, gar = FUSION_ARMS[arm]
+      schedule = schedule_for(config, config.pipeline.strength)
+      out = jitted_fusion(config)(
+        state, clips, clips["source"], key, lmi, gar, config.pipeline.fuse_above, schedule
+      )
+    videos[arm] = np.asarray(out)
+  return videos, clips_np
+
+
+def arm_metrics(config, videos, clips) -> dict[str, float | list]:
+  """`<arm>/<metric>` means over clips and per-clip lists, and the headline arm's means on top."""
+  colours = jnp.asarray(lambertian.LIGHT_COLOURS[clips["prompt"]])
+  results: dict = {}
+  jclips = {k: jnp.asarray(v) for k, v in clips.items()}
+  for arm, video in videos.items():
+    values = jitted_metrics(config)(jnp.asarray(video), jclips, colours)
+    for name in METRICS:
+      per_clip = np.asarray(values[name], np.float64)
+      results[f"{arm}/{name}"] = float(per_clip.mean())
+      results[f"{arm}/{name}_per_clip"] = per_clip
+  headline = config.evaluation.headline
+  for name in METRICS:
+    results[name] = results[f"{headline}/{name}"]
+  return results
+
+
+def frames_figure(config, videos, clips):
+  """One row per arm, one column per frame of `evaluation.figure_clip`, the light path marked."""
+  clip = config.evaluation.figure_clip
+  arms = list(videos)
+  frames = config.data.frames
+  fig, axes = figure_grid(len(arms), frames, panel_size=(1.3, 1.3))
+  path = clips["light_path"][clip]
+  for row, arm in enumerate(arms):
+    for f in range(frames):
+      ax = axes[row, f]
+      ax.imshow(np.clip(videos[arm][clip, f], 0, 1), interpolation="nearest")
+      ax.plot(path[f, 0], path[f, 1], "+", color="red", ms=6)
+      ax.set_xticks([])
+      ax.set_yticks([])
+      if f == 0:
+        ax.set_ylabel(arm, fontsize=7)
+  trajectory = lambertian.TRAJECTORIES[clip % len(lambertian.TRAJECTORIES)]
+  fig.suptitle(
+    f"clip {clip}: {trajectory}, prompt {lambertian.PROMPTS[int(clips['prompt'][clip])]}"
+  )
+  fig.tight_layout()
+  return fig
+
+
+def relight_phase(config) -> Phase:
+  evaluation: dict = {}
+
+  def evaluate(state, rng, inputs):
+    evaluation["videos"], evaluation["clips"] = run_arms(config, state, rng)
+    return arm_metrics(config, evaluation["videos"], evaluation["clips"])
+
+  def artifacts(state, rng, inputs):
+    if "videos" not in evaluation:
+      evaluation["videos"], evaluation["clips"] = run_arms(
+        config, state, jax.random.fold_in(rng, -1)
+      )
+    return {"relit_frames": frames_figure(config, evaluation["videos"], evaluation["clips"])}
+
+  return Phase(
+    name="relight",
+    num_steps=0,
+    init=lambda rng, inputs: {
+      "ae": inputs["autoencoder"],
+      "relighter": inputs["relighter"],
+      "vdm": inputs["video_prior"],
+    },
+    evaluate=evaluate,
+    artifacts=artifacts,
+  )
