@@ -17,6 +17,10 @@ Rectified flow (Open-Sora 1.2, Wan, HunyuanVideo; BWCache, arXiv 2509.13789, bui
 sampled from t = 1 to 0 with Euler.
 - `rf_interpolate`, `rf_velocity_target`, `logit_normal_time`: training pairs.
 - `rf_time_grid`, `euler_step`, `euler_sampler`: the sampler.
+- Endpoint (data) prediction on the same path (Flow2GAN, ICLR 2026, Sec. 3.1: the network predicts the
+  clean data and the sampler converts it to the velocity): `rf_velocity_from_data`, `rf_data_sampler`,
+  and `rf_regression_loss`, the one flow-matching loss with a velocity or data target, uniform or
+  logit-normal time, a noise scale and a pluggable error reduction.
 
 DDPM / VP with epsilon prediction (Ho et al. 2020; the setting of DiT, Latte and Open-Sora 1.0):
 `x_n = sqrt(abar_n) x_0 + sqrt(1 - abar_n) eps` for integer steps `n = 0..N-1` (N = 1000), linear betas
@@ -355,3 +359,65 @@ def ddpm_eps_loss(
   eps = jax.random.normal(eps_rng, x0.shape)
   x_n = ddpm_perturb(x0, eps, alpha_bar_at(alpha_bars, n))
   return jnp.mean(jnp.square(model_fn(x_n, n) - eps))
+
+
+# ---------------------------------------------------------------------------------------------------
+# Endpoint (data) prediction on the rectified-flow path
+# ---------------------------------------------------------------------------------------------------
+
+RF_PREDICTIONS = ("velocity", "data")
+RF_TIME_SAMPLINGS = ("logit_normal", "uniform")
+
+
+def rf_velocity_from_data(x_t: jax.Array, x0_hat: jax.Array, t: jax.Array) -> jax.Array:
+  """The velocity a data prediction implies on the linear path: `v = (x_t - x0_hat) / t`.
+
+  From `x_t = (1 - t) x_0 + t eps`: `eps = (x_t - (1 - t) x_0) / t`, so `eps - x_0 = (x_t - x_0) / t`.
+  In Flow2GAN's time `s = 1 - t` (0 = noise) this is its `(x1_hat - x) / (1 - s)` with the sign of a
+  time running the other way. Needs `t > 0`: samplers never evaluate the model at `t = 0`.
+  """
+  return (x_t - x0_hat) / broadcast_time(t, x_t)
+
+
+def rf_data_sampler(ts: jax.Array) -> Sampler:
+  """Euler on the rectified-flow ODE over `ts` (1 -> 0) for a model that predicts the clean data
+  (Flow2GAN's endpoint sampler): each step converts the prediction with `rf_velocity_from_data`.
+  With the exact data as the prediction every step lands on the path of that data, so any grid ends
+  at the data itself."""
+
+  def step(x, x0_hat, t, t_next):
+    return euler_step(x, rf_velocity_from_data(x, x0_hat, t), t, t_next)
+
+  return Sampler(times=ts, step=step)
+
+
+def rf_regression_loss(
+  model_fn: Callable,
+  x0: jax.Array,
+  rng: jax.Array,
+  *,
+  prediction: str = "velocity",
+  time_sampling: str = "logit_normal",
+  noise_scale: float = 1.0,
+  error_fn: Callable[[jax.Array], jax.Array] | None = None,
+) -> jax.Array:
+  """Flow matching on `x_t = (1 - t) x_0 + t eps`, `eps = noise_scale * N(0, I)`.
+
+  `prediction="velocity"` regresses `eps - x_0` (`rectified_flow_loss` with `noise_scale=1` and
+  logit-normal time); `"data"` regresses `x_0` itself (endpoint estimation, Flow2GAN Sec. 3.1).
+  `error_fn(prediction - target) -> scalar` reduces the error (default: its mean square); Flow2GAN's
+  energy-scaled spectral loss is one such reduction.
+  """
+  if prediction not in RF_PREDICTIONS:
+    raise ValueError(f"prediction must be one of {RF_PREDICTIONS}, got {prediction!r}")
+  if time_sampling not in RF_TIME_SAMPLINGS:
+    raise ValueError(f"time_sampling must be one of {RF_TIME_SAMPLINGS}, got {time_sampling!r}")
+  t_rng, eps_rng = jax.random.split(rng)
+  if time_sampling == "uniform":
+    t = jax.random.uniform(t_rng, x0.shape[:1])
+  else:
+    t = logit_normal_time(t_rng, x0.shape[:1])
+  eps = noise_scale * jax.random.normal(eps_rng, x0.shape)
+  target = x0 if prediction == "data" else rf_velocity_target(x0, eps)
+  error = model_fn(rf_interpolate(x0, eps, t), t) - target
+  return jnp.mean(jnp.square(error)) if error_fn is None else error_fn(error)

@@ -25,6 +25,7 @@ _MODULES = {
   "fastmix": "methods.fastmix",
   "token_guard": "methods.token_guard",
   "causal_delta": "methods.causal_delta",
+  "flow2gan": "methods.flow2gan",
   "lightctrl": "methods.lightctrl",
   "marc": "methods.marc",
 }
