@@ -28,6 +28,7 @@ _MODULES = {
   "flow2gan": "methods.flow2gan",
   "lightctrl": "methods.lightctrl",
   "marc": "methods.marc",
+  "rwom": "methods.rwom",
 }
 
 

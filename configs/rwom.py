@@ -1,0 +1,127 @@
+r"""R-WoM: "R-WoM: Retrieval-augmented World Model for Computer-use Agents" (Mei, Guo, Chang, Dong, Lee,
+Niu, Jiang; ICLR 2026, arXiv 2510.11892; no official code released).
+
+Claim: grounding an LLM world model in tutorials retrieved for the task (query rewriting, reranking,
+Eq. 9), simulating each candidate action's future in one rollout (Eq. 10) and ranking the rollouts
+jointly (Eq. 11) keeps long-horizon simulation accurate on environments the model could not have
+memorised, and lifts agent success over the same world model without retrieval and over no world model
+(OSWorld / WebArena subsets, up to +23.4% / +16.3% relative).
+
+Here: MenuWorld (`core/data/menuworld.py`), menu apps with tutorials; a small transformer world model
+trained on version 1 of the train apps, tested on held-out apps (novel) and on version 2 of the train
+apps (three settings moved: stale knowledge); BM25 retrieval (`core/tutorial_retrieval.py`).
+
+Variants:
+  default  192 apps (160 train), a 2-block width-64 world model, 1200 steps; probes, simulation by
+           horizon and the agents on 48 tasks per split: ~4 CPU-minutes.
+  study    two arms (seeds: world, data and model) of the default with 64 tasks per split;
+           ~10 CPU-minutes.
+  gpu      the paper's scale is an LLM world model (Claude-3.7 / Qwen-2.5-VL-72B) on OSWorld and
+           WebArena with their tutorial corpora; this variant names a Llama-layout checkpoint
+           (`model.checkpoint`) and the folder of the benchmark tasks and tutorials (`data.data_dir`)
+           and a larger MenuWorld (6 blocks, width 384, 256 apps); it stops at validation naming the
+           first missing path.
+
+  python experiments/train.py --config=configs/rwom.py --workdir=runs/rwom
+  python experiments/study.py --config=configs/rwom.py:study --workdir=runs/rwom_study
+"""
+
+import ml_collections
+
+from configs import common
+
+VARIANTS = ("default", "study", "gpu")
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+  variant = common.parse_variant(arg, VARIANTS)
+  config = ml_collections.ConfigDict()
+  config.method = "rwom"
+  config.variant = variant
+  config.seed = 0
+
+  config.world = ml_collections.ConfigDict()
+  config.world.num_apps = 192  # apps, each in versions 1 and 2 (at most 256)
+  # apps 0..159 (version 1) train the world model, ~15 episodes each: too few to memorise every
+  # layout, so the tutorials are the reliable source of app knowledge; apps 160..191 are novel
+  config.world.train_apps = 160
+  config.world.submenu_prob = 0.5  # a menu item opens a submenu (else it is a leaf)
+  config.world.world_seed = 0
+  config.world.name_prob = 0.25  # a request names the setting (else one of its 3 synonyms)
+  config.world.rewrite_known = 2  # synonyms of each setting the query rewriter knows (of 3)
+
+  config.retrieval = ml_collections.ConfigDict()
+  config.retrieval.query = "rewrite_rerank"  # "raw" | "rewrite" | "rewrite_rerank" (Eq. 9)
+  config.retrieval.first_stage_k = 5  # BM25 candidates handed to the reranker
+  config.retrieval.num_chunks = 2  # tutorials in the world model's context
+  config.retrieval.tutorial_len = 42  # tokens of the context slot (two 21-word tutorials)
+  config.retrieval.k1 = 1.5  # BM25
+  config.retrieval.b = 0.75
+
+  config.data = ml_collections.ConfigDict()
+  config.data.train_episodes = 2500  # noisy-expert episodes on the train apps
+  config.data.episode_steps = 16  # steps per episode (transitions after success are dropped)
+  config.data.epsilon = 0.3  # random valid actions among the expert's
+  config.data.task_sizes = (1, 2, 3)  # settings per task
+  config.data.tutorial_dropout = 0.5  # transitions trained without tutorials (the WoM context)
+
+  config.model = ml_collections.ConfigDict()
+  config.model.checkpoint = ""  # gpu: a Llama-layout checkpoint of the LLM world model
+  config.model.width = 64
+  config.model.depth = 2
+  config.model.num_heads = 4
+  config.model.mlp_hidden = 0  # 0 = 8D/3
+
+  config.batch_size = 64
+  config.steps = 1200
+  config.optim = ml_collections.ConfigDict()
+  config.optim.learning_rate = 2e-3
+  config.optim.warmup_steps = 100
+  config.optim.weight_decay = 0.01
+  config.optim.grad_clip = 1.0
+
+  config.eval = ml_collections.ConfigDict()
+  config.eval.splits = ("seen", "novel", "updated")
+  config.eval.agent_splits = ("novel", "updated")
+  config.eval.contexts = (
+    "none",
+    "retrieved",
+    "oracle",
+    "random",
+  )  # the world model's tutorial slot
+  config.eval.num_tasks = 48  # tasks per split for the probes and simulation
+  config.eval.sim_sizes = (2, 3)  # composite tasks: expert trajectories of 6-15 steps
+  config.eval.horizon = 8  # open-loop simulation steps
+  config.eval.segment_steps = 3  # probe 3's segments
+  config.eval.num_agent_tasks = 48  # tasks per split for the agents
+  config.eval.agent_sizes = (1, 2, 3)
+  config.eval.agents = ("none", "rag", "wm", "rwom", "rwom_absolute", "oracle")
+  config.eval.candidates = 3  # m: proposals per real step (the paper's best m)
+  config.eval.imagine_steps = 3  # k: imagined steps per candidate (the paper's best k)
+  config.eval.budget_factor = 3  # real steps allowed per expert step
+
+  config.data.data_dir = ""  # gpu: OSWorld / WebArena tasks and tutorial corpus
+
+  config.study = ml_collections.ConfigDict()
+  config.study.seeds = (0,)
+
+  config.loop = common.loop_config(log_every=250, checkpoint_every=500)
+  common.add_parallelism(config)
+
+  if variant == "study":
+    config.eval.num_tasks = 64
+    config.eval.num_agent_tasks = 64
+    config.study.seeds = (0, 1)
+  if variant == "gpu":
+    config.world.num_apps = 256
+    config.world.train_apps = 224
+    config.data.train_episodes = 40_000
+    config.model.width = 384
+    config.model.depth = 6
+    config.model.num_heads = 6
+    config.batch_size = 256
+    config.steps = 20_000
+    config.eval.num_tasks = 512
+    config.eval.num_agent_tasks = 512
+    config.study.seeds = (0, 1, 2)
+  return config

@@ -1,0 +1,355 @@
+"""R-WoM's phases: `train` (the world model on transitions of train apps, with retrieved tutorials or
+none) and `evaluate` (retrieval recall, the three probes, simulation accuracy by horizon and the
+planning agents on seen, novel and updated apps)."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+from absl import logging
+
+from core import rwom
+from core.data import batching
+from core.data import menuworld as mw
+from core.nn import attention
+from core.nn.transformer import Transformer
+from methods.base import Phase, cached_per_config
+from methods.rwom import agents
+from methods.rwom.world import (
+  QUERIES,
+  env_of,
+  gold_document,
+  headers,
+  pending_index,
+  ranking,
+  vocab_size,
+  world_of,
+)
+
+SPLITS = ("seen", "novel", "updated")
+
+
+def model_of(config) -> Transformer:
+  m = config.model
+  return Transformer(
+    vocab_size=vocab_size(config),
+    width=m.width,
+    depth=m.depth,
+    num_heads=m.num_heads,
+    mlp_hidden=m.mlp_hidden or None,
+  )
+
+
+# ---------------------------------------------------------------------------------------------------
+# Tasks and training data
+# ---------------------------------------------------------------------------------------------------
+
+
+def split_tasks(config, split: str, count: int, sizes, seed: int) -> mw.Tasks:
+  """Tasks on `seen` (train apps, version 1), `novel` (held-out apps, version 1) or `updated` (train
+  apps, version 2, the first target a moved setting)."""
+  w = config.world
+  rng = np.random.default_rng([config.seed, seed, SPLITS.index(split)])
+  train_apps, test_apps = range(w.train_apps), range(w.train_apps, w.num_apps)
+  if split == "updated":
+    moved = world_of(config).moved
+    return mw.sample_tasks(rng, count, train_apps, 2, sizes, moved, w.name_prob)
+  apps = train_apps if split == "seen" else test_apps
+  return mw.sample_tasks(rng, count, apps, 1, sizes, None, w.name_prob)
+
+
+def transition_sequences(
+  config, tasks, out, rows, context_headers, context="retrieved", dropout_rng=None
+) -> dict:
+  """Token sequences and loss masks of the transitions `rows` (task, step) of rollouts `out`."""
+  world, env = world_of(config), env_of(config)
+  task, t = rows
+  state, nxt = out["state"][task, t], out["next_state"][task, t]
+  layout = tasks.layout[task]
+  pend = pending_index(state, tasks.goal[task])
+  head = context_headers[context][task, pend]
+  if dropout_rng is not None:
+    drop = dropout_rng.random(len(task)) < config.data.tutorial_dropout
+    head = np.where(drop[:, None], context_headers["none"][task, pend], head)
+  body = rwom.transition_tokens(
+    world.ids,
+    env.tokens(layout, state),
+    out["action"][task, t],
+    env.tokens(layout, nxt),
+    out["reward"][task, t],
+  )
+  tokens = np.concatenate([head, np.asarray(body)], 1)
+  return {
+    "tokens": tokens,
+    "mask": rwom.loss_mask(world.layout, out["is_expert"][task, t]),
+    "reward": out["reward"][task, t],
+  }
+
+
+@cached_per_config(maxsize=2)
+def train_arrays(config) -> dict:
+  d = config.data
+  rng = np.random.default_rng([config.seed, 1])
+  tasks = mw.sample_tasks(
+    rng,
+    d.train_episodes,
+    range(config.world.train_apps),
+    1,
+    d.task_sizes,
+    None,
+    config.world.name_prob,
+  )
+  out = mw.rollouts(world_of(config).layouts, tasks, config.seed, d.episode_steps, d.epsilon)
+  rows = np.nonzero(out["live"])
+  context = {c: headers(config, tasks, c, config.seed) for c in ("none", "retrieved")}
+  dropout_rng = np.random.default_rng([config.seed, 2])
+  arrays = transition_sequences(config, tasks, out, rows, context, dropout_rng=dropout_rng)
+  logging.info("rwom: %d training transitions", len(arrays["tokens"]))
+  return {"tokens": arrays["tokens"], "mask": arrays["mask"]}
+
+
+def train_data(config):
+  return batching.from_arrays(train_arrays(config), config.batch_size, config.seed)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Training
+# ---------------------------------------------------------------------------------------------------
+
+
+def optimizer(config) -> optax.GradientTransformation:
+  o = config.optim
+  warmup = min(o.warmup_steps, max(config.steps // 2, 1))
+  schedule = optax.warmup_cosine_decay_schedule(
+    0.0, o.learning_rate, warmup, max(config.steps, warmup + 1)
+  )
+  return optax.chain(
+    optax.clip_by_global_norm(o.grad_clip), optax.adamw(schedule, weight_decay=o.weight_decay)
+  )
+
+
+def init_state(config, rng, inputs=None) -> dict:
+  del inputs
+  length = world_of(config).layout.length
+  params = model_of(config).init(
+    rng, jnp.zeros((1, length), jnp.int32), mask=attention.causal_mask()
+  )
+  return {"params": params, "opt_state": optimizer(config).init(params)}
+
+
+def train_step(config, model, state, batch, rng):
+  del rng
+  loss, grads = jax.value_and_grad(rwom.loss, 1)(
+    model, state["params"], batch["tokens"], batch["mask"]
+  )
+  updates, opt_state = optimizer(config).update(grads, state["opt_state"], state["params"])
+  return {"params": optax.apply_updates(state["params"], updates), "opt_state": opt_state}, {
+    "loss": loss
+  }
+
+
+# ---------------------------------------------------------------------------------------------------
+# Evaluation
+# ---------------------------------------------------------------------------------------------------
+
+
+class Evaluator:
+  """The trained world model and what every evaluation needs."""
+
+  def __init__(self, config, params):
+    self.config, self.params = config, params
+    self.world, self.env, self.model = world_of(config), env_of(config), model_of(config)
+    self.allowed = jnp.asarray(rwom.slot_vocabulary(self.world.ids, self.model.vocab_size))
+
+  def imagine(self, heads, goals, state_tokens, actions) -> rwom.Imagined:
+    return rwom.imagine(
+      self.model,
+      self.params,
+      self.world.ids,
+      self.world.layout,
+      self.allowed,
+      jnp.asarray(heads),
+      jnp.asarray(goals),
+      jnp.asarray(state_tokens),
+      jnp.asarray(actions),
+    )
+
+
+def simulation(ev: Evaluator, tasks, context_headers) -> dict:
+  """Probe 2 and simulation accuracy: the expert's actions fed open loop from the start state; exact
+  match of every predicted state by horizon, full-procedure match, and alignment of the model's own
+  k-step plan with the expert's."""
+  e = ev.config.eval
+  out = mw.rollouts(ev.world.layouts, tasks, ev.config.seed + 17, e.horizon, 0.0)
+  true = np.asarray(
+    ev.env.tokens(np.repeat(tasks.layout, e.horizon), out["next_state"].reshape(-1, mw.STATE_SIZE))
+  ).reshape(len(tasks.layout), e.horizon, -1)
+  start = np.asarray(ev.env.tokens(tasks.layout, tasks.start))
+  live = out["live"]
+  results = {}
+  for context, heads in context_headers.items():
+    pred = ev.imagine(heads, tasks.goal, start, out["action"])
+    match = np.all(np.asarray(pred.states) == true, -1)
+    by_k = (match & live).sum(0) / np.maximum(live.sum(0), 1)
+    results[f"sim_accuracy_{context}"] = by_k
+    results[f"full_procedure_{context}"] = float(np.mean(np.all(match | ~live, 1)))
+    own = ev.imagine(heads, tasks.goal, start, np.full_like(out["action"], -1))
+    aligned = np.all((np.asarray(own.actions) == out["action"]) | ~live, 1)
+    results[f"plan_alignment_{context}"] = float(np.mean(aligned))
+  return results
+
+
+def next_state_identification(ev: Evaluator, tasks, context_headers, rng) -> dict:
+  """Probe 1: the true next state against 3 next states of other valid actions, by likelihood."""
+  out = mw.rollouts(ev.world.layouts, tasks, ev.config.seed + 23, 4, 0.0)
+  task, t = np.nonzero(out["live"])
+  layout, state = tasks.layout[task], out["state"][task, t]
+  action, nxt = out["action"][task, t], out["next_state"][task, t]
+  actions = np.arange(mw.NUM_ACTIONS)
+  rows, count = len(task), mw.NUM_ACTIONS
+  alt = np.asarray(
+    ev.env.step(np.repeat(layout, count), np.repeat(state, count, 0), np.tile(actions, rows))
+  )
+  alt = alt.reshape(rows, count, -1)
+  valid = np.asarray(ev.env.valid(layout, state))
+  candidates = np.zeros((rows, 4, mw.STATE_SIZE), np.int32)
+  for r in range(rows):
+    options = {
+      tuple(s) for s, ok in zip(alt[r], valid[r], strict=True) if ok and tuple(s) != tuple(nxt[r])
+    }
+    options = sorted(options)
+    picks = [options[i] for i in rng.permutation(len(options))[:3]] if options else []
+    picks = (picks * 3)[:3] if picks else [tuple(nxt[r])] * 3
+    candidates[r] = [tuple(nxt[r])] + picks
+  cand_tokens = np.asarray(
+    ev.env.tokens(np.repeat(layout, 4), candidates.reshape(-1, mw.STATE_SIZE))
+  ).reshape(rows, 4, -1)
+  state_tokens = np.asarray(ev.env.tokens(layout, state))
+  pend = pending_index(state, tasks.goal[task])
+  results = {}
+  for context in ("none", "retrieved"):
+    head = context_headers[context][task, pend]
+    act = np.stack([np.full(rows, ev.world.ids.word("act")), ev.world.ids.action(action)], 1)
+    prompts = np.concatenate([head, state_tokens, act], 1)
+    logp = np.asarray(
+      rwom.next_state_logprob(ev.model, ev.params, ev.world.ids, prompts, cand_tokens)
+    )
+    results[f"next_state_id_{context}"] = float(np.mean(np.argmax(logp, 1) == 0))
+  return results
+
+
+def milestone_recognition(ev: Evaluator, tasks, context_headers) -> dict:
+  """Probe 3: the milestone flag of transitions of a noisy expert, and the choice between an expert
+  segment and a random one from the same start (by summed predicted milestones)."""
+  e = ev.config.eval
+  results = {}
+  noisy = mw.rollouts(ev.world.layouts, tasks, ev.config.seed + 29, e.segment_steps * 2, 0.3)
+  rows = np.nonzero(noisy["live"])
+  expert = mw.rollouts(ev.world.layouts, tasks, ev.config.seed + 31, e.segment_steps, 0.0)
+  random = mw.rollouts(ev.world.layouts, tasks, ev.config.seed + 37, e.segment_steps, 1.0)
+  n = len(tasks.layout)
+  grid = np.nonzero(np.ones((n, e.segment_steps), bool))
+  for context in ("none", "retrieved"):
+    seqs = transition_sequences(ev.config, tasks, noisy, rows, context_headers, context)
+    p = np.asarray(rwom.milestone_probability(ev.model, ev.params, ev.world.ids, seqs["tokens"]))
+    r = seqs["reward"].astype(bool)
+    results[f"milestone_accuracy_{context}"] = float(np.mean((p > 0.5) == r))
+    results[f"milestone_balanced_accuracy_{context}"] = float(
+      0.5 * (np.mean(p[r] > 0.5) if r.any() else 1.0)
+      + 0.5 * (np.mean(p[~r] <= 0.5) if (~r).any() else 1.0)
+    )
+    scores, truth = [], []
+    for segment in (expert, random):
+      seqs = transition_sequences(ev.config, tasks, segment, grid, context_headers, context)
+      p = np.asarray(rwom.milestone_probability(ev.model, ev.params, ev.world.ids, seqs["tokens"]))
+      weight = segment["live"][grid]
+      scores.append((p * weight).reshape(n, -1).sum(1))
+      truth.append((seqs["reward"] * weight).reshape(n, -1).sum(1))
+    decided = truth[0] != truth[1]
+    chose_first = scores[0] > scores[1]
+    correct = chose_first == (truth[0] > truth[1])
+    results[f"segment_choice_{context}"] = (
+      float(np.mean(correct[decided])) if decided.any() else float("nan")
+    )
+  return results
+
+
+def retrieval_recall(config, tasks_list) -> dict:
+  """Recall@1 and @5 of the gold tutorial for every target, per query pipeline (paper Fig. 3)."""
+  world = world_of(config)
+  targets = [
+    (int(lay), int(g), int(w))
+    for tasks in tasks_list
+    for lay, goal, wording in zip(tasks.layout, tasks.goal, tasks.wording, strict=True)
+    for g, w in zip(goal, wording, strict=True)
+    if g >= 0
+  ]
+  gold = np.array([gold_document(lay, g) for lay, g, _ in targets])
+  results = {}
+  for query in QUERIES:
+    ranks = np.stack([ranking(world, lay, g, w, query, 5)[:5] for lay, g, w in targets])
+    results[f"recall1_{query}"] = float(np.mean(ranks[:, 0] == gold))
+    results[f"recall5_{query}"] = float(np.mean(np.any(ranks == gold[:, None], 1)))
+  return results
+
+
+def evaluate(config, params, rng) -> dict:
+  e = config.eval
+  ev = Evaluator(config, params)
+  results, agent_tasks = {}, []
+  np_rng = np.random.default_rng([config.seed, 5])
+  for split in e.splits:
+    tasks = split_tasks(config, split, e.num_tasks, e.sim_sizes, 101)
+    context = {c: headers(config, tasks, c, config.seed + 3) for c in e.contexts}
+    part = simulation(ev, tasks, context)
+    part.update(next_state_identification(ev, tasks, context, np_rng))
+    part.update(milestone_recognition(ev, tasks, context))
+    if split in e.agent_splits:
+      agent_set = split_tasks(config, split, e.num_agent_tasks, e.agent_sizes, 202)
+      agent_tasks.append(agent_set)
+      part.update(agents.run_all(ev, agent_set, jax.random.fold_in(rng, SPLITS.index(split))))
+    logging.info("rwom %s: %s", split, {k: np.round(v, 3) for k, v in part.items()})
+    results.update({f"{k}_{split}": v for k, v in part.items()})
+  results.update(retrieval_recall(config, agent_tasks))
+  return results | headline(config, results)
+
+
+def headline(config, results) -> dict:
+  """The issue's keys: agent success averaged over the agent splits, and R-WoM's simulation gain at
+  the longest horizon (retrieved minus none, averaged over the novel and updated splits)."""
+  e = config.eval
+  out = {}
+  for agent in e.agents:
+    out[f"success_{agent}"] = float(
+      np.mean([results[f"success_{agent}_{s}"] for s in e.agent_splits])
+    )
+  test = [s for s in e.splits if s != "seen"] or list(e.splits)
+  gains = [
+    results[f"sim_accuracy_retrieved_{s}"][-1] - results[f"sim_accuracy_none_{s}"][-1] for s in test
+  ]
+  out["long_horizon_accuracy_gain"] = float(np.mean(gains))
+  return out
+
+
+def phases(config: ml_collections.ConfigDict) -> list[Phase]:
+  model = model_of(config)
+  train = Phase(
+    name="train",
+    num_steps=config.steps,
+    init=functools.partial(init_state, config),
+    step=functools.partial(train_step, config, model),
+    data=lambda inputs: train_data(config),
+    outputs=lambda state, inputs: state["params"],
+  )
+  evaluation = Phase(
+    name="evaluate",
+    num_steps=0,
+    init=lambda rng, inputs: {"params": inputs["train"]},
+    evaluate=lambda state, rng, inputs: evaluate(config, state["params"], rng),
+  )
+  return [train, evaluation]

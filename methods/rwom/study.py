@@ -1,0 +1,167 @@
+"""R-WoM's study: one arm per seed (world, data, model); the table of agents and probes per split with
+mean ± std over seeds, the summary (issue keys with 95% intervals) and the figure by horizon."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import ml_collections
+import numpy as np
+
+from experiments.reports import figure_grid, interval_cell, mean_std_cell
+from methods.base import Report, with_changes
+
+PROBES = (
+  ("next_state_id", "next-state id %"),
+  ("plan_alignment", "plan alignment %"),
+  ("full_procedure", "full procedure %"),
+  ("milestone_balanced_accuracy", "milestone bal. acc %"),
+  ("segment_choice", "segment choice %"),
+)
+CONTEXT_STYLE = {
+  "none": "tab:gray",
+  "retrieved": "tab:blue",
+  "oracle": "tab:green",
+  "random": "tab:orange",
+}
+
+
+def study_arms(config: ml_collections.ConfigDict):
+  return [
+    (f"seed{seed}", with_changes(config, seed=seed, world__world_seed=seed))
+    for seed in config.study.seeds
+  ]
+
+
+def _values(results, key):
+  return [arm[key] for arm in results.values() if key in arm and arm[key] is not None]
+
+
+def _interval(values) -> tuple[float, float]:
+  """Mean and the half-width of a normal 95% interval over seeds (0 with one seed)."""
+  values = np.asarray(values, float)
+  half = 1.96 * values.std(ddof=1) / np.sqrt(len(values)) if len(values) > 1 else 0.0
+  return float(values.mean()), float(half)
+
+
+def _rows(config, results) -> list[dict]:
+  e = config.eval
+  rows = []
+  for split in e.splits:
+    row = {"split": split}
+    for agent in e.agents if split in e.agent_splits else ():
+      row[f"success {agent} %"] = mean_std_cell(_values(results, f"success_{agent}_{split}"), 100)
+    for context in ("none", "retrieved"):
+      acc = _values(results, f"sim_accuracy_{context}_{split}")
+      row[f"sim@{e.horizon} {context} %"] = mean_std_cell([a[-1] for a in acc], 100)
+      for key, label in PROBES:
+        row[f"{label} {context}"] = mean_std_cell(_values(results, f"{key}_{context}_{split}"), 100)
+    rows.append(row)
+  columns = sorted({c for row in rows for c in row}, key=lambda c: (c != "split", c))
+  return [{c: row.get(c, "") for c in columns} for row in rows]
+
+
+def _summary(config, results) -> dict:
+  e = config.eval
+  summary = {}
+  keys = [f"success_{a}" for a in e.agents] + ["long_horizon_accuracy_gain"]
+  keys += [f"success_{a}_{s}" for a in e.agents for s in e.agent_splits]
+  keys += [f"recall{k}_{q}" for k in (1, 5) for q in ("raw", "rewrite", "rewrite_rerank")]
+  for key in keys:
+    values = _values(results, key)
+    if values:
+      summary[key], summary[f"{key}_ci95"] = _interval(values)
+  for split in e.splits:
+    for context in e.contexts:
+      curves = _values(results, f"sim_accuracy_{context}_{split}")
+      if curves:
+        summary[f"sim_accuracy_{context}_{split}"] = np.mean(curves, 0).tolist()
+    if f"sim_accuracy_retrieved_{split}" in summary:
+      gap = np.subtract(
+        summary[f"sim_accuracy_retrieved_{split}"], summary[f"sim_accuracy_none_{split}"]
+      )
+      summary[f"sim_gain_by_horizon_{split}"] = gap.tolist()
+  return summary
+
+
+def _notes(config, summary) -> str:
+  lines = [f"{len(config.study.seeds)} seed(s); table cells are mean ± std over seeds."]
+  for key in ("success_rwom", "success_wm", "success_none", "long_horizon_accuracy_gain"):
+    if key in summary:
+      lines.append(f"{key}: {interval_cell(summary[key], summary[key + '_ci95'])} (95% interval)")
+  return "\n".join(lines)
+
+
+def _figure(config, results, summary):
+  e = config.eval
+  test_splits = [s for s in e.splits if s != "seen"] or list(e.splits)
+  fig, axes = figure_grid(1, len(test_splits) + 2, figsize=(4.6 * (len(test_splits) + 2), 3.8))
+  horizons = np.arange(1, e.horizon + 1)
+  for ax, split in zip(axes[0, : len(test_splits)], test_splits, strict=True):
+    for context in e.contexts:
+      curves = np.asarray(_values(results, f"sim_accuracy_{context}_{split}"), float)
+      if curves.size == 0:
+        continue
+      mean = curves.mean(0)
+      ax.plot(horizons, 100 * mean, marker="o", color=CONTEXT_STYLE[context], label=context)
+      if len(curves) > 1:
+        spread = 100 * curves.std(0)
+        ax.fill_between(
+          horizons,
+          100 * mean - spread,
+          100 * mean + spread,
+          color=CONTEXT_STYLE[context],
+          alpha=0.2,
+        )
+    ax.set_xlabel("simulated step k (open loop)")
+    ax.set_ylabel("exact-match state accuracy (%)")
+    ax.set_ylim(0, 102)
+    ax.set_title(f"simulation, {split} apps")
+    ax.legend(fontsize=8, title="tutorial context", title_fontsize=8)
+  ax = axes[0, len(test_splits)]
+  width = 0.8 / len(e.agents)
+  for i, agent in enumerate(e.agents):
+    means, halves = zip(
+      *[_interval(_values(results, f"success_{agent}_{s}") or [np.nan]) for s in e.agent_splits],
+      strict=True,
+    )
+    ax.bar(
+      np.arange(len(e.agent_splits)) + i * width,
+      100 * np.asarray(means),
+      width,
+      yerr=100 * np.asarray(halves),
+      label=agent,
+    )
+  ax.set_xticks(np.arange(len(e.agent_splits)) + 0.4 - width / 2, e.agent_splits)
+  ax.set_ylabel("task success (%)")
+  ax.set_title("agents (95% interval over seeds)")
+  ax.legend(fontsize=7, ncol=2)
+  ax = axes[0, len(test_splits) + 1]
+  labels = [label for _, label in PROBES]
+  for j, context in enumerate(("none", "retrieved")):
+    values = [
+      100
+      * np.nanmean(
+        [np.mean(_values(results, f"{key}_{context}_{s}") or [np.nan]) for s in test_splits]
+      )
+      for key, _ in PROBES
+    ]
+    ax.bar(
+      np.arange(len(PROBES)) + 0.4 * j, values, 0.4, color=CONTEXT_STYLE[context], label=context
+    )
+  ax.set_xticks(np.arange(len(PROBES)) + 0.2, labels, rotation=30, ha="right", fontsize=7)
+  ax.set_ylim(0, 105)
+  ax.set_title("probes, novel + updated apps")
+  ax.legend(fontsize=8)
+  fig.tight_layout()
+  return fig
+
+
+def report(config, results: Mapping[str, Mapping]) -> Report:
+  summary = _summary(config, results)
+  return Report(
+    rows=_rows(config, results),
+    summary=summary,
+    figures={"rwom_study": _figure(config, results, summary)},
+    notes=_notes(config, summary),
+  )

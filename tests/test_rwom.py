@@ -1,0 +1,343 @@
+"""R-WoM (ICLR 2026): MenuWorld's dynamics and tutorials, BM25 retrieval, the world model's sequences,
+one-call rollouts against a cache-free reference, listwise choice, the loop, validation."""
+
+import functools
+import importlib
+import math
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from configs import rwom as rwom_config
+from core import rwom
+from core import tutorial_retrieval as retrieval
+from core.data import menuworld as mw
+from core.data import tokenizers
+from core.nn import attention
+from core.nn.transformer import Transformer
+from experiments import loop
+from methods import rwom as rwom_method
+from methods.base import ConfigError
+
+
+@pytest.fixture(scope="module")
+def world():
+  layouts, moved = mw.make_layouts(6, 3)
+  return layouts, moved, jax.tree.map(jnp.asarray, layouts)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Environment
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_every_tutorial_replays_to_its_result_and_expert_distance_matches(world):
+  layouts, _, jl = world
+  step = jax.jit(functools.partial(mw.step, jl))
+  distance = jax.jit(functools.partial(mw.distance, jl))
+  start = mw.initial_state(np.zeros(mw.NUM_SETTINGS, int))
+  for layout in range(len(layouts.labels)):
+    for setting in range(mw.NUM_SETTINGS):
+      state = start
+      clicks = mw.tutorial_clicks(layouts, layout, setting)
+      for action in clicks:
+        state = step(layout, state, action)
+      expected = np.zeros(mw.NUM_SETTINGS, int)
+      expected[setting] = 1
+      np.testing.assert_array_equal(np.asarray(state[2:]), expected)
+      goal = jnp.array([setting, -1, -1])
+      assert int(distance(layout, start, goal)) == len(clicks)
+
+
+def test_invalid_actions_are_no_ops(world):
+  layouts, _, jl = world
+  start = mw.initial_state(np.zeros(mw.NUM_SETTINGS, int))
+  shown = set(np.asarray(layouts.labels[0, 0]).tolist())
+  hidden = next(a for a in range(mw.NUM_LABELS) if a not in shown)
+  for action in (hidden, mw.OK, mw.BACK):  # back at home stays home
+    chex.assert_trees_all_equal(mw.step(jl, 0, start, action), start)
+  # with a dialog open only ok / back act
+  setting = int(np.flatnonzero(layouts.confirm[0])[0])
+  state = start
+  for action in mw.tutorial_clicks(layouts, 0, setting)[:-1]:
+    state = mw.step(jl, 0, state, action)
+  assert int(state[1]) == setting
+  chex.assert_trees_all_equal(mw.step(jl, 0, state, mw.HOME), state)
+  assert int(mw.step(jl, 0, state, mw.BACK)[1]) == -1
+
+
+def test_version_two_moves_exactly_three_settings_to_other_screens(world):
+  layouts, moved, _ = world
+  for app in range(len(moved)):
+    v1, v2 = layouts.location[2 * app], layouts.location[2 * app + 1]
+    changed = np.any(v1 != v2, 1)
+    np.testing.assert_array_equal(changed, moved[app])
+    assert changed.sum() == mw.MOVED_PER_UPDATE
+    assert np.all(v1[changed, 0] != v2[changed, 0])
+
+
+def test_noisy_expert_rollouts_finish_and_expert_steps_are_milestones(world):
+  layouts, moved, _ = world
+  tasks = mw.sample_tasks(np.random.default_rng(0), 40, range(6), 2, (1, 2, 3), moved)
+  out = mw.rollouts(layouts, tasks, 0, 24, 0.0)
+  assert not out["live"][:, -1].any()  # the expert finishes every task
+  live = out["live"]
+  assert np.all(out["reward"][live] == 1)
+  noisy = mw.rollouts(layouts, tasks, 1, 24, 0.5)
+  off = noisy["live"] & ~noisy["is_expert"]
+  assert 0 < noisy["reward"][off].mean() < 0.5
+
+
+# ---------------------------------------------------------------------------------------------------
+# Retrieval
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_bm25_matches_the_formula_and_ranks_a_duplicate_first(world):
+  docs = ["a b c", "a a d", "e f"]
+  index = retrieval.Bm25(docs)
+  idf_a = math.log(1 + (3 - 2 + 0.5) / (2 + 0.5))
+  avg = 8 / 3
+  tf_term = 2 * 2.5 / (2 + 1.5 * (1 - 0.75 + 0.75 * 3 / avg))
+  assert index.scores("a")[1] == pytest.approx(idf_a * tf_term, rel=1e-5)
+  documents, _ = mw.corpus(world[0])
+  index = retrieval.Bm25(documents)
+  for i in (0, 17, len(documents) - 1):
+    assert index.top_k(documents[i], 1)[0][0] == i
+
+
+def test_rewriting_and_reranking_raise_recall():
+  config = tiny_config()
+  phases = importlib.import_module("methods.rwom.phases")
+  tasks = phases.split_tasks(config, "novel", 40, (1, 2, 3), 5)
+  recall = phases.retrieval_recall(config, [tasks])
+  assert recall["recall1_raw"] < recall["recall1_rewrite_rerank"]
+  assert recall["recall1_rewrite"] <= recall["recall1_rewrite_rerank"]
+  assert recall["recall5_rewrite_rerank"] >= recall["recall1_rewrite_rerank"]
+
+
+def test_tokenizer_covers_tutorials_and_round_trips(world):
+  tokenizer = tokenizers.WordTokenizer(mw.vocabulary())
+  documents, _ = mw.corpus(world[0])
+  for text in documents[:20]:
+    ids = tokenizer.encode(text)
+    assert tokenizers.UNK_ID not in ids
+    assert tokenizer.decode(ids) == text
+  ids = mw.TokenIds()
+  assert tokenizer.tokens[ids.action(mw.OK)] == "ok"
+  assert " ".join(tokenizer.tokens[i] for i in ids.app(37)) == mw.app_name(37) == "vega fig"
+
+
+# ---------------------------------------------------------------------------------------------------
+# World model
+# ---------------------------------------------------------------------------------------------------
+
+
+def _small_model(vocab, seed=0):
+  model = Transformer(vocab_size=vocab, width=32, depth=2, num_heads=2)
+  params = model.init(
+    jax.random.key(seed), jnp.zeros((1, 8), jnp.int32), mask=attention.causal_mask()
+  )
+  return model, params
+
+
+def _sequences(world, count=6):
+  layouts, _, jl = world
+  ids, layout = mw.TokenIds(), rwom.Layout(42)
+  tokenizer = tokenizers.WordTokenizer(mw.vocabulary())
+  tasks = mw.sample_tasks(np.random.default_rng(1), count, range(6), 1)
+  out = mw.rollouts(layouts, tasks, 0, 1, 0.0)
+  heads, seqs = [], []
+  for row in range(count):
+    lay, goal = int(tasks.layout[row]), tasks.goal[row]
+    tutorial = tokenizer.encode(mw.tutorial_text(layouts, lay, int(goal[0])))
+    head = rwom.header(ids, layout, lay, goal, tutorial)
+    body = rwom.transition_tokens(
+      ids,
+      mw.state_tokens(jl, lay, out["state"][row, 0], ids),
+      out["action"][row, 0],
+      mw.state_tokens(jl, lay, out["next_state"][row, 0], ids),
+      out["reward"][row, 0],
+    )
+    heads.append(head)
+    seqs.append(np.concatenate([head, np.asarray(body)]))
+  return tasks, np.stack(heads), np.stack(seqs), ids, layout, tokenizer.vocab_size
+
+
+def test_sequence_layout_and_loss_mask(world):
+  _, heads, seqs, ids, layout, _ = _sequences(world)
+  assert heads.shape[1] == layout.header and seqs.shape[1] == layout.length
+  assert np.all(seqs[:, layout.prompt - 1] == ids.word("act"))
+  assert np.all(seqs[:, layout.prompt + 1] == ids.word("out"))
+  assert np.all(seqs[:, layout.reward - 1] == ids.word("rwd"))
+  mask = rwom.loss_mask(layout, np.array([1.0, 0.0]))
+  assert mask.shape == (2, layout.length - 1)
+  assert mask[0].sum() == mw.STATE_TOKENS + 2 and mask[1].sum() == mw.STATE_TOKENS + 1
+  assert mask[1, layout.prompt - 1] == 0  # a random action is not a target
+
+
+def test_causal_mask_hides_the_next_state(world):
+  _, _, seqs, _, layout, vocab = _sequences(world)
+  model, params = _small_model(vocab)
+  changed = seqs.copy()
+  changed[:, layout.next_state] = tokenizers.PAD_ID
+  fwd = lambda s: model.apply(params, jnp.asarray(s), mask=attention.causal_mask()).logits  # noqa: E731
+  chex.assert_trees_all_close(
+    fwd(seqs)[:, : layout.next_state.start], fwd(changed)[:, : layout.next_state.start], atol=1e-5
+  )
+
+
+def _reference_step(model, params, allowed, prompt, action, ids):
+  """The same transition decoded without a cache: a full causal forward per generated token (over a
+  fixed-length buffer, so one compiled forward serves every length)."""
+  forward = jax.jit(lambda p, s: model.apply(p, s, mask=attention.causal_mask()).logits[0])
+  length = len(prompt) + rwom.TEMPLATE
+  tokens = list(prompt) + [ids.action(action), ids.word("out")]
+
+  def logits_after(tokens):
+    buffer = np.zeros((1, length), np.int32)
+    buffer[0, : len(tokens)] = tokens
+    return forward(params, jnp.asarray(buffer))[len(tokens) - 1]
+
+  for t in range(2, rwom.TEMPLATE - 2):
+    tokens.append(int(jnp.argmax(jnp.where(allowed[t], logits_after(tokens), -jnp.inf))))
+  tokens.append(ids.word("rwd"))
+  logits = logits_after(tokens)
+  pair = jax.nn.softmax(jnp.stack([logits[ids.word("0")], logits[ids.word("1")]]))
+  return tokens[len(prompt) + 2 :], float(pair[1])
+
+
+def test_imagine_matches_a_cache_free_reference(world):
+  tasks, heads, seqs, ids, layout, vocab = _sequences(world, count=3)
+  model, params = _small_model(vocab, seed=4)
+  allowed = jnp.asarray(rwom.slot_vocabulary(ids, vocab))
+  state = seqs[:, layout.header : layout.header + mw.STATE_TOKENS]
+  actions = np.stack([seqs[:, layout.prompt] - ids.action_base, np.full(3, -1)], 1)
+  stacked = np.repeat(heads[:, None], 3, 1)
+  out = rwom.imagine(model, params, ids, layout, allowed, stacked, tasks.goal, state, actions)
+  chex.assert_shape(out.states, (3, 2, mw.STATE_TOKENS))
+  for row in range(3):
+    prompt = list(seqs[row, : layout.prompt])
+    tokens, p = _reference_step(model, params, allowed, prompt, int(actions[row, 0]), ids)
+    np.testing.assert_array_equal(np.asarray(out.states[row, 0]), tokens[: mw.STATE_TOKENS])
+    assert float(out.milestone[row, 0]) == pytest.approx(p, abs=1e-4)
+    assert 0 <= int(out.actions[row, 1]) < mw.NUM_ACTIONS  # the model's own action
+
+
+def test_world_model_memorises_transitions(world):
+  """A few hundred steps on six transitions: greedy one-call rollouts reproduce them."""
+  tasks, heads, seqs, ids, layout, vocab = _sequences(world)
+  model, params = _small_model(vocab, seed=1)
+  mask = jnp.asarray(rwom.loss_mask(layout, np.ones(len(seqs))))
+  opt = optax.adam(3e-3)
+
+  @jax.jit
+  def update(params, opt_state):
+    loss, grads = jax.value_and_grad(rwom.loss, 1)(model, params, jnp.asarray(seqs), mask)
+    updates, opt_state = opt.update(grads, opt_state)
+    return optax.apply_updates(params, updates), opt_state, loss
+
+  opt_state = opt.init(params)
+  for _ in range(300):
+    params, opt_state, loss = update(params, opt_state)
+  assert float(loss) < 0.05
+  allowed = jnp.asarray(rwom.slot_vocabulary(ids, vocab))
+  state = seqs[:, layout.header : layout.header + mw.STATE_TOKENS]
+  actions = (seqs[:, layout.prompt] - ids.action_base)[:, None]
+  out = rwom.imagine(
+    model, params, ids, layout, allowed, heads[:, None], tasks.goal, state, actions
+  )
+  np.testing.assert_array_equal(np.asarray(out.states[:, 0]), seqs[:, layout.next_state])
+  assert np.all(np.asarray(out.milestone[:, 0]) > 0.9)  # expert steps are milestones
+
+
+def test_listwise_and_absolute_choice():
+  milestones = jnp.array([[[0.1, 0.2, 0.1], [0.9, 0.6, 0.7], [0.4, 0.4, 0.4]]])
+  choice, weights = rwom.listwise_choice(milestones)
+  assert int(choice[0]) == 1
+  chex.assert_trees_all_close(weights.sum(-1), jnp.ones(1), atol=1e-6)
+  # a detour (no milestone now, two later) is worth less than steady progress
+  detour = jnp.array([[[0.0, 1.0, 1.0], [0.9, 0.5, 0.0]]])
+  chex.assert_trees_all_close(rwom.on_track(detour[0]), jnp.array([0.0, 1.35]), atol=1e-6)
+  assert int(rwom.listwise_choice(detour)[0][0]) == 1
+  # absolute scores round to {0, .5, 1}: on-track 1.95 and 1.76 of 3 both round to 0.5, a tie
+  close = jnp.array([[[0.8, 0.8, 0.8], [0.9, 0.6, 0.6], [0.0, 0.1, 0.0]]])
+  picks = {int(rwom.absolute_choice(close, jax.random.key(s))[0]) for s in range(20)}
+  assert picks == {0, 1}
+  assert int(rwom.listwise_choice(close)[0][0]) == 0
+
+
+# ---------------------------------------------------------------------------------------------------
+# Through the loop
+# ---------------------------------------------------------------------------------------------------
+
+
+def tiny_config():
+  config = rwom_config.get_config()
+  config.world.update(num_apps=8, train_apps=6)
+  config.data.update(train_episodes=60)
+  config.model.update(width=32, depth=1, num_heads=2)
+  config.steps = 4
+  config.batch_size = 16
+  config.eval.update(num_tasks=4, num_agent_tasks=4, horizon=3, contexts=("none", "retrieved"))
+  config.eval.agents = ("none", "rag", "wm", "rwom", "oracle")
+  config.loop.update(log_every=2, checkpoint_every=2)
+  return config
+
+
+def test_run_writes_the_issue_keys_and_report(tmp_path):
+  summary = loop.run(tiny_config(), str(tmp_path))
+  results = summary.results
+  for key in ("success_rwom", "success_wm", "success_none", "long_horizon_accuracy_gain"):
+    assert math.isfinite(results[key]), key
+  assert 0.0 <= results["success_rwom"] <= 1.0
+  assert len(results["sim_accuracy_retrieved_novel"]) == 3
+  assert results["recall1_rewrite_rerank"] >= results["recall1_raw"]
+  assert summary.step_traces == {"train": 1, "evaluate": 0}
+  config = tiny_config()
+  report = rwom_method.report(config, {"seed0": results, "seed1": results})
+  assert [row["split"] for row in report.rows] == list(config.eval.splits)
+  assert report.summary["success_rwom"] == pytest.approx(results["success_rwom"])
+  assert "rwom_study" in report.figures
+  arms = rwom_method.study_arms(rwom_config.get_config("study"))
+  assert [name for name, _ in arms] == ["seed0", "seed1"]
+
+
+@pytest.mark.parametrize(
+  "field, value, message",
+  [
+    ("world.train_apps", 8, "config.world.train_apps: 8 leaves no novel app"),
+    ("retrieval.query", "dense", "config.retrieval.query: must be one of"),
+    ("retrieval.first_stage_k", 1, "config.retrieval.first_stage_k: 1 is fewer than num_chunks"),
+    ("eval.agents", ("none", "wm", "rwom", "mcts"), r"config.eval.agents: unknown \['mcts'\]"),
+    ("eval.contexts", ("none",), "config.eval.contexts: needs 'none' and 'retrieved'"),
+    ("data.epsilon", 1.5, r"config.data.epsilon: must be in \[0, 1\]"),
+    ("model.num_heads", 3, "config.model.num_heads: 3 must divide width"),
+  ],
+)
+def test_bad_fields_are_named(field, value, message):
+  config = tiny_config()
+  section, name = field.split(".")
+  config[section][name] = value
+  with pytest.raises(ConfigError, match=message):
+    loop.validate(config, data_devices=1)
+
+
+def test_gpu_variant_names_its_checkpoint():
+  with pytest.raises(ConfigError, match="^config.model.checkpoint: "):
+    loop.validate(rwom_config.get_config("gpu"), data_devices=1)
+
+
+@pytest.mark.slow
+def test_resume_gives_the_same_results(tmp_path):
+  config = tiny_config()
+  whole = loop.run(config, str(tmp_path / "whole")).results
+  with pytest.raises(loop.Interrupted):
+    loop.run(config, str(tmp_path / "split"), should_stop=lambda phase, step: step == 2)
+  resumed = loop.run(config, str(tmp_path / "split")).results
+  for key in ("success_rwom", "next_state_id_retrieved_novel", "milestone_accuracy_none_seen"):
+    assert resumed[key] == pytest.approx(whole[key])
