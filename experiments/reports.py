@@ -79,4 +79,12 @@ def write_report(
     )
   for stem, figure in report.figures.items():
     figure.savefig(os.path.join(workdir, f"{stem}.png"), dpi=120, bbox_inches="tight")
+    _close(figure)
   return payload
+
+
+def _close(figure) -> None:
+  """Frees a saved matplotlib figure (pyplot keeps every open one alive)."""
+  import matplotlib.pyplot as plt
+
+  plt.close(figure)

@@ -79,11 +79,14 @@ def report(config, results: Mapping[str, Mapping[str, float]]) -> Report:
     color="C0",
   )
   axes[0].axhline(summary["log2_num_levels"], color="gray", ls="--", label="null model (log2 K)")
-  axes[0].set_ylabel("test bits / dim")
-  axes[0].legend()
+  axes[0].set_ylabel("test bits / dim (+- s.e.)")
   axes[1].bar(kinds, [results[k]["on_grid_fraction"] for k in kinds], color="C1")
   axes[1].set_ylabel("sample coordinates on the grid")
   axes[1].set_ylim(0, 1.05)
+  for ax in axes:
+    ax.tick_params(axis="x", labelrotation=30)
+    ax.set_xlabel("model")
+  axes[0].legend(loc="lower right")
   fig.tight_layout()
   return Report(rows=rows, summary=summary, figures={"bpd_and_on_grid": fig})
 
