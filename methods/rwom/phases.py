@@ -13,7 +13,7 @@ import numpy as np
 import optax
 from absl import logging
 
-from core import rwom
+from core import optim, rwom
 from core.data import batching
 from core.data import menuworld as mw
 from core.nn import attention
@@ -124,13 +124,8 @@ def train_data(config):
 
 def optimizer(config) -> optax.GradientTransformation:
   o = config.optim
-  warmup = min(o.warmup_steps, max(config.steps // 2, 1))
-  schedule = optax.warmup_cosine_decay_schedule(
-    0.0, o.learning_rate, warmup, max(config.steps, warmup + 1)
-  )
-  return optax.chain(
-    optax.clip_by_global_norm(o.grad_clip), optax.adamw(schedule, weight_decay=o.weight_decay)
-  )
+  schedule = optim.warmup_cosine(o.learning_rate, o.warmup_steps, config.steps)
+  return optim.clipped_adam(schedule, o.grad_clip, o.weight_decay)
 
 
 def init_state(config, rng, inputs=None) -> dict:

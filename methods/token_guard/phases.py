@@ -16,7 +16,7 @@ import numpy as np
 import optax
 from absl import logging
 
-from core import decoding
+from core import decoding, optim
 from core import token_guard as tg
 from core.data import batching, factual_world, halu_benchmarks, tokenizers
 from core.nn import attention, hf_convert
@@ -109,14 +109,9 @@ def model_of(config) -> Transformer:
 
 def optimizer(config) -> optax.GradientTransformation:
   """AdamW on a warmup-cosine schedule with global-norm clipping."""
-  warmup = min(config.optim.warmup_steps, max(config.steps // 2, 1))
-  schedule = optax.warmup_cosine_decay_schedule(
-    0.0, config.optim.learning_rate, warmup, max(config.steps, warmup + 1)
-  )
-  return optax.chain(
-    optax.clip_by_global_norm(config.optim.grad_clip),
-    optax.adamw(schedule, b2=0.95, weight_decay=config.optim.weight_decay),
-  )
+  o = config.optim
+  schedule = optim.warmup_cosine(o.learning_rate, o.warmup_steps, config.steps)
+  return optim.clipped_adam(schedule, o.grad_clip, o.weight_decay, b2=0.95)
 
 
 def init_state(config, rng, inputs=None) -> dict:
