@@ -341,7 +341,9 @@ def test_llama_conversion_names_bad_keys():
   model = Transformer(**hf_convert.transformer_settings(HF_CONFIG))
   state_dict = _random_llama(HF_CONFIG)
   del state_dict["model.layers.1.mlp.up_proj.weight"]
-  with pytest.raises(hf_convert.CheckpointError, match="missing key model.layers.1.mlp.up_proj"):
+  with pytest.raises(
+    hf_convert.CheckpointError, match=r"missing keys \[.model.layers.1.mlp.up_proj.weight.\]"
+  ):
     hf_convert.llama_to_flax(state_dict, model)
   state_dict = _random_llama(HF_CONFIG)
   state_dict["model.norm.weight"] = np.ones(3, np.float32)

@@ -24,24 +24,19 @@ does not match the model, raises `CheckpointError` naming it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from core.nn.convert import CheckpointError, Rule, apply_rules, linear, param_shapes
 from core.nn.dit import VideoDiT, latte_spatial_positions, latte_temporal_positions
 
-Path = tuple[str, ...]
-# one torch key -> (its expected shape, a function from its array to {flax path: array})
-Rule = tuple[tuple[int, ...], Callable[[np.ndarray], dict[Path, np.ndarray]]]
+__all__ = ["CheckpointError", "latte_to_flax"]
 
 POSITION_TOLERANCE = 1e-4  # both tables are float32 sin-cos; Latte computes its own in float64
 _QKV = ("query", "key", "value")
-
-
-class CheckpointError(ValueError):
-  """A state dict that does not fit the model; the message names the key."""
 
 
 def latte_to_flax(state_dict: Mapping[str, np.ndarray], model: VideoDiT) -> dict:
@@ -50,34 +45,11 @@ def latte_to_flax(state_dict: Mapping[str, np.ndarray], model: VideoDiT) -> dict
     raise CheckpointError(
       "a Latte checkpoint needs VideoDiT(positions='latte', attention='alternating', patch=(1, p, p))"
     )
-  expected = _flax_shapes(model)
+  x = jnp.zeros((1, *model.video_shape))
+  expected = param_shapes(jax.eval_shape(model.init, jax.random.key(0), x, jnp.zeros((1,))))
   rules = _linear_rules(expected) | _attention_rules(expected, model.heads)
   rules |= _embedding_rules(expected, model)
-  _check_keys(state_dict, rules)
-  flat: dict[Path, np.ndarray] = {}
-  for key, (shape, convert) in rules.items():
-    value = np.asarray(state_dict[key], np.float32)
-    if value.shape != shape:
-      raise CheckpointError(f"{key}: expected shape {shape} for this model, got {value.shape}")
-    flat.update(convert(value))
-  if flat.keys() != expected.keys():
-    raise CheckpointError(f"no Latte key for {sorted(expected.keys() - flat.keys())[:5]}")
-  return {"params": _unflatten({k: jnp.asarray(v) for k, v in flat.items()})}
-
-
-def _flax_shapes(model: VideoDiT) -> dict[Path, tuple[int, ...]]:
-  x = jnp.zeros((1, *model.video_shape))
-  abstract = jax.eval_shape(model.init, jax.random.key(0), x, jnp.zeros((1,)))
-  leaves = jax.tree_util.tree_flatten_with_path(abstract["params"])[0]
-  return {tuple(part.key for part in path): leaf.shape for path, leaf in leaves}
-
-
-def _linear(torch_prefix: str, path: Path, expected) -> dict[str, Rule]:
-  d_in, d_out = expected[path + ("kernel",)]
-  return {
-    f"{torch_prefix}.weight": ((d_out, d_in), lambda w: {path + ("kernel",): w.T}),
-    f"{torch_prefix}.bias": ((d_out,), lambda b: {path + ("bias",): b}),
-  }
+  return apply_rules(state_dict, rules, expected, source="Latte")
 
 
 def _linear_rules(expected) -> dict[str, Rule]:
@@ -94,7 +66,7 @@ def _linear_rules(expected) -> dict[str, Rule]:
     names[f"blocks.{n}.adaLN_modulation.1"] = (block, "modulation")
   rules: dict[str, Rule] = {}
   for torch_prefix, path in names.items():
-    rules |= _linear(torch_prefix, path, expected)
+    rules |= linear(torch_prefix, path, expected)
   return rules
 
 
@@ -158,25 +130,3 @@ def _fixed(key: str, ours: jax.Array):
 
 def _grid(model: VideoDiT) -> tuple[int, int, int]:
   return tuple(n // p for n, p in zip(model.video_shape[:3], model.patch, strict=True))
-
-
-def _check_keys(state_dict: Mapping[str, np.ndarray], rules: Mapping[str, Rule]) -> None:
-  missing = sorted(rules.keys() - state_dict.keys())
-  unexpected = sorted(state_dict.keys() - rules.keys())
-  problems = []
-  if missing:
-    problems.append(f"missing keys {missing[:8]}{' ...' if len(missing) > 8 else ''}")
-  if unexpected:
-    problems.append(f"unexpected keys {unexpected[:8]}{' ...' if len(unexpected) > 8 else ''}")
-  if problems:
-    raise CheckpointError("Latte state dict does not fit the model: " + "; ".join(problems))
-
-
-def _unflatten(flat: Mapping[Path, jax.Array]) -> dict:
-  tree: dict = {}
-  for path, value in flat.items():
-    node = tree
-    for part in path[:-1]:
-      node = node.setdefault(part, {})
-    node[path[-1]] = value
-  return tree

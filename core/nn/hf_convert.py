@@ -36,13 +36,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from core.nn import attention
+from core.nn.convert import CheckpointError, Rule, apply_rules, param_shapes
 from core.nn.transformer import Transformer
 
-Path = tuple[str, ...]
-
-
-class CheckpointError(ValueError):
-  """A state dict or config that does not fit the model; the message names the key."""
+__all__ = ["CheckpointError", "llama_to_flax", "read_safetensors", "transformer_settings"]
 
 
 def transformer_settings(hf_config: Mapping) -> dict:
@@ -70,41 +67,16 @@ def llama_to_flax(state_dict: Mapping[str, np.ndarray], model: Transformer) -> d
   """Converts a Llama-layout state dict (numpy or jax arrays) into `model.init`'s `{"params": ...}`."""
   if model.mlp != "swiglu" or not model.use_rope or not model.vocab_size:
     raise CheckpointError("a Llama checkpoint needs Transformer(mlp='swiglu', use_rope=True)")
-  expected = _flax_shapes(model)
-  rules = _rules(model)
-  state_dict = {k: v for k, v in state_dict.items() if not k.endswith("rotary_emb.inv_freq")}
-  missing = sorted(set(rules) - set(state_dict))
-  unexpected = sorted(set(state_dict) - set(rules))
-  if missing:
-    raise CheckpointError(f"missing key {missing[0]} ({len(missing)} missing)")
-  if unexpected:
-    raise CheckpointError(f"unexpected key {unexpected[0]} ({len(unexpected)} unexpected)")
-  flat = {}
-  for key, (path, shape, convert) in rules.items():
-    value = state_dict[key]
-    if tuple(value.shape) != shape:
-      raise CheckpointError(
-        f"{key}: expected shape {shape} for this model, got {tuple(value.shape)}"
-      )
-    flat[path] = jnp.asarray(convert(value), model.param_dtype)
-    if flat[path].shape != expected[path]:
-      raise CheckpointError(
-        f"{key}: converts to {flat[path].shape}, the model has {expected[path]}"
-      )
-  return {"params": _unflatten(flat)}
-
-
-def _flax_shapes(model: Transformer) -> dict[Path, tuple[int, ...]]:
   tokens = jnp.zeros((1, 2), jnp.int32)
-  abstract = jax.eval_shape(
-    lambda: model.init(jax.random.key(0), tokens, mask=attention.causal_mask())
+  expected = param_shapes(
+    jax.eval_shape(lambda: model.init(jax.random.key(0), tokens, mask=attention.causal_mask()))
   )
-  leaves = jax.tree_util.tree_flatten_with_path(abstract["params"])[0]
-  return {tuple(part.key for part in path): leaf.shape for path, leaf in leaves}
+  state_dict = {k: v for k, v in state_dict.items() if not k.endswith("rotary_emb.inv_freq")}
+  return apply_rules(state_dict, _rules(model), expected, source="Llama", dtype=model.param_dtype)
 
 
-def _rules(model: Transformer) -> dict[str, tuple[Path, tuple[int, ...], callable]]:
-  """HF key -> (flax path, HF shape, conversion)."""
+def _rules(model: Transformer) -> dict[str, Rule]:
+  """HF key -> (HF shape, conversion to {flax path: array})."""
   d, h, kv, hd, f, v = (
     model.width,
     model.num_heads,
@@ -113,42 +85,33 @@ def _rules(model: Transformer) -> dict[str, tuple[Path, tuple[int, ...], callabl
     model.hidden_width,
     model.vocab_size,
   )
-  same = lambda w: w  # noqa: E731
+
+  def to(path: tuple[str, ...], shape: tuple[int, ...], convert=lambda w: w) -> Rule:
+    return shape, lambda w: {path: convert(w)}
+
   transpose = lambda w: jnp.asarray(w).T  # noqa: E731
   heads = lambda n: lambda w: jnp.asarray(w).reshape(n, hd, d).transpose(2, 0, 1)  # noqa: E731
-  rules = {"model.embed_tokens.weight": (("embed", "embedding"), (v, d), same)}
-  rules["model.norm.weight"] = (("final_norm", "scale"), (d,), same)
+  rules = {"model.embed_tokens.weight": to(("embed", "embedding"), (v, d))}
+  rules["model.norm.weight"] = to(("final_norm", "scale"), (d,))
   if not model.tie_embeddings:
-    rules["lm_head.weight"] = (("unembed", "kernel"), (v, d), transpose)
+    rules["lm_head.weight"] = to(("unembed", "kernel"), (v, d), transpose)
   for n in range(model.depth):
     hf, ours = f"model.layers.{n}.", f"block_{n}"
-    rules[hf + "input_layernorm.weight"] = ((ours, "attention_norm", "scale"), (d,), same)
-    rules[hf + "post_attention_layernorm.weight"] = ((ours, "mlp_norm", "scale"), (d,), same)
+    rules[hf + "input_layernorm.weight"] = to((ours, "attention_norm", "scale"), (d,))
+    rules[hf + "post_attention_layernorm.weight"] = to((ours, "mlp_norm", "scale"), (d,))
     for name, ours_name, count in (("q", "query", h), ("k", "key", kv), ("v", "value", kv)):
-      rules[hf + f"self_attn.{name}_proj.weight"] = (
-        (ours, "attention", ours_name, "kernel"),
-        (count * hd, d),
-        heads(count),
+      rules[hf + f"self_attn.{name}_proj.weight"] = to(
+        (ours, "attention", ours_name, "kernel"), (count * hd, d), heads(count)
       )
-    rules[hf + "self_attn.o_proj.weight"] = (
+    rules[hf + "self_attn.o_proj.weight"] = to(
       (ours, "attention", "out", "kernel"),
       (d, h * hd),
       lambda w: jnp.asarray(w).T.reshape(h, hd, d),
     )
     for name in ("gate", "up"):
-      rules[hf + f"mlp.{name}_proj.weight"] = ((ours, "mlp", name, "kernel"), (f, d), transpose)
-    rules[hf + "mlp.down_proj.weight"] = ((ours, "mlp", "down", "kernel"), (d, f), transpose)
+      rules[hf + f"mlp.{name}_proj.weight"] = to((ours, "mlp", name, "kernel"), (f, d), transpose)
+    rules[hf + "mlp.down_proj.weight"] = to((ours, "mlp", "down", "kernel"), (d, f), transpose)
   return rules
-
-
-def _unflatten(flat: Mapping[Path, jax.Array]) -> dict:
-  tree: dict = {}
-  for path, value in flat.items():
-    node = tree
-    for part in path[:-1]:
-      node = node.setdefault(part, {})
-    node[path[-1]] = value
-  return tree
 
 
 def read_safetensors(path: str) -> dict[str, jax.Array]:
