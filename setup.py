@@ -34,7 +34,10 @@ setuptools.setup(
     "regex>=2023.0",  # Unicode classes of tokenizer.json pre-tokenizers (token_guard's gpu variant)
   ],
   extras_require={
-    "test": ["pytest>=8"],
+    # librosa: the reference of the mel filterbank test (flow2gan; the test is skipped without it)
+    "test": ["pytest>=8", "librosa>=0.10"],
+    # PESQ of flow2gan's benchmark (skipped without it; builds a C extension from its sdist)
+    "audio_metrics": ["pesq>=0.0.4"],
     # Front-door study's external baselines and the parity check with the author's package.
     "frontdoor": ["econml==0.17.0", "doubleml==0.11.4", "fd-cate==0.1.1"],
   },

@@ -16,7 +16,8 @@ Variants:
   gpu      paper scale on one accelerator: 24 kHz LibriTTS from a prepared tfds folder
            (`--config.data.data_dir`, never downloaded), the paper's 3-branch generator (n_fft
            512/256/128, 768/512/384 channels, 8 blocks), 100-bin mels, batch 64, GAN of 1/2-step
-           generators with the full-size discriminators.
+           generators with the full-size discriminators. `--config.model.pretrained_checkpoint=G.npz`
+           starts from the official released generator instead (converted, flow matching skipped).
 
   python experiments/train.py --config=configs/flow2gan.py --workdir=runs/flow2gan
   python experiments/study.py --config=configs/flow2gan.py:study --workdir=runs/flow2gan_study
@@ -159,6 +160,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       cond_channels=512,
       cond_blocks=4,
     )
+    # the official released generator (k2-fsa/Flow2GAN, e.g. libritts-mel-1-step.pt) exported to an
+    # .npz of its state dict (core/nn/audio_convnext_convert.py); "" trains from scratch, a path
+    # skips flow matching (0 steps) and benchmarks, or GAN-fine-tunes, the released weights
+    config.model.pretrained_checkpoint = ""
     config.flow.update(
       loss_n_fft=1024, loss_hop=256, loss_filters=256, steps=400_000, batch_size=64
     )

@@ -14,13 +14,14 @@ from scipy import signal
 
 from configs import flow2gan as flow2gan_config
 from core import audio, diffusion, gan
-from core.data import speech_like
+from core.data import speech_like, wav
 from core.nn import audio_convnext
 from experiments import loop
 from methods.base import ConfigError
 from methods.flow2gan import study
 
 phases = importlib.import_module("methods.flow2gan.phases")
+examples = importlib.import_module("methods.flow2gan.examples")
 
 
 def tiny_config():
@@ -109,6 +110,26 @@ def test_filterbanks_are_the_triangles_they_claim():
     np.testing.assert_allclose(area[5:], 1.0, rtol=0.02)
 
 
+@pytest.mark.parametrize(
+  "sr, n_fft, n_mels, fmin, fmax",
+  [
+    (8000, 256, 32, 0.0, None),
+    (16000, 512, 40, 20.0, 7600.0),
+    (24000, 1024, 100, 0.0, None),
+    (22050, 2048, 128, 50.0, 11000.0),
+  ],
+)
+def test_mel_filterbanks_match_librosa(sr, n_fft, n_mels, fmin, fmax):
+  """HTK and Slaney scales, with and without Slaney area normalisation, against librosa.filters.mel."""
+  librosa = pytest.importorskip("librosa")
+  for scale, norm in [("htk", None), ("htk", "slaney"), ("slaney", None), ("slaney", "slaney")]:
+    ours = audio.mel_filterbank(sr, n_fft, n_mels, fmin, fmax, scale, slaney_norm=norm is not None)
+    want = librosa.filters.mel(
+      sr=sr, n_fft=n_fft, n_mels=n_mels, fmin=fmin, fmax=fmax, htk=scale == "htk", norm=norm
+    ).T
+    np.testing.assert_allclose(ours, want, rtol=1e-4, atol=1e-6 * want.max(), err_msg=scale)
+
+
 def test_energy_scaled_loss_weights_quiet_targets_up_and_clamps():
   rng = np.random.default_rng(0)
   error = jnp.asarray(0.1 * rng.standard_normal((2, 1024)), jnp.float32)
@@ -145,6 +166,45 @@ def test_silence_leakage_and_quiet_bin_lsd():
   quiet = x.at[:, 1024:].multiply(1e-3)
   assert float(audio.quiet_bin_lsd(quiet, quiet, 128, 32)) == 0.0
   assert float(audio.quiet_bin_lsd(quiet, x, 128, 32)) > 30.0  # quiet half played 60 dB too loud
+
+
+def test_pesq_wideband_ranks_degradations():
+  pytest.importorskip("pesq")
+  ref = speech_like.segments(0, 0, 2, 8000, 8000)["audio"]  # 1 s at 8 kHz, resampled to 16 kHz
+  noise = np.random.default_rng(0).standard_normal(ref.shape).astype(np.float32)
+  clean = audio.pesq_wideband(ref, ref, 8000)
+  slight = audio.pesq_wideband(ref, ref + 0.003 * noise, 8000)
+  heavy = audio.pesq_wideband(ref, ref + 0.1 * noise, 8000)
+  assert clean.shape == (2,) and np.all(clean > 4.0)
+  assert np.all(clean > slight) and np.all(slight > heavy) and np.all(heavy >= 1.0)
+  assert np.isnan(audio.pesq_wideband(ref[:1, :400], ref[:1, :400], 8000)).all()  # too short
+
+
+# ---------------------------------------------------------------------------------------------------
+# WAV files
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_wav_round_trip_within_one_lsb_and_clipping(tmp_path):
+  from scipy.io import wavfile
+
+  x = np.random.default_rng(0).uniform(-1.2, 1.2, (2000, 2)).astype(np.float32)
+  path = str(tmp_path / "x.wav")
+  assert wav.write_wav(path, x, 8000) == int(np.sum(np.abs(x) > 1.0))
+  back, rate = wav.read_wav(path)
+  assert rate == 8000 and back.shape == x.shape
+  assert np.max(np.abs(back - np.clip(x, -1, 1))) <= 1.0 / wav.FULL_SCALE
+  assert np.all(np.abs(back[np.abs(x) > 1]) == 1.0)  # clipped to full scale, not wrapped
+  scipy_rate, pcm = wavfile.read(path)  # a standard 16-bit PCM file
+  assert scipy_rate == 8000 and pcm.dtype == np.int16
+  np.testing.assert_array_equal(pcm, wav.to_pcm16(x)[0])
+  wav.write_wav(path, x[:, 0], 16000)
+  mono, _ = wav.read_wav(path)
+  assert mono.shape == (2000,)
+  with pytest.raises(ValueError, match="non-finite"):
+    wav.write_wav(path, np.array([0.0, np.nan]), 8000)
+  with pytest.raises(ValueError, match=r"\(2, 3, 4\)"):
+    wav.write_wav(path, np.zeros((2, 3, 4)), 8000)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -370,8 +430,14 @@ def test_report_rows_summary_and_figure():
     arm: {f"{g}/{m}": float(i + j) for j, g in enumerate(names) for m in metrics}
     for i, (arm, names) in enumerate(gens.items())
   }
+  results["endpoint_scaled"]["gan_1step/pesq"] = 3.5  # present where `pesq` was installed
   report = study.report(config, results)
   assert len(report.rows) == sum(len(v) for v in gens.values())
+  pesq_rows = [r for r in report.rows if "pesq" in r]
+  assert [(r["arm"], r["generator"], r["pesq"]) for r in pesq_rows] == [
+    ("endpoint_scaled", "gan 1step", 3.5)
+  ]
+  assert report.summary["gan_1step_pesq"] == 3.5
   # endpoint arm index 0, velocity arm index 1: every FM-step difference is -1
   assert report.summary["mel_endpoint_minus_velocity_4step"] == -1.0
   assert report.summary["gan1_mel_from_endpoint_minus_from_velocity"] == -1.0
@@ -393,6 +459,15 @@ def test_tiny_run_through_the_loop_writes_the_headline_keys(tiny_run):
   assert {"fm_1step/mel_distance", "fm_2step/mel_distance", "flow_validation_loss"} <= set(r)
   assert summary.step_traces == {"flow": 1, "gan_1step": 1, "benchmark": 0}
   assert (workdir / "spectrograms.png").exists()
+  names = {p.name for p in (workdir / "examples").iterdir()}
+  n = examples.WAV_EXAMPLES
+  for generator in ("reference", "fm_1step", "fm_2step", "gan_1step"):
+    assert {f"{generator}_{i}.wav" for i in range(n)} <= names
+  reference, rate = wav.read_wav(str(workdir / "examples" / "reference_0.wav"))
+  assert rate == 8000
+  test_audio = phases.test_arrays(tiny_config())["audio"][0]
+  assert np.max(np.abs(reference - test_audio)) <= 1.0 / wav.FULL_SCALE
+  assert ("pesq" in r) == audio.PESQ_AVAILABLE
   rows = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
   gan_rows = {r["step"]: r for r in rows if r["phase"] == "gan_1step" and "gan_total" in r}
   # gan.disc_only_steps = 1: the first phase step updates the discriminator only
@@ -410,3 +485,16 @@ def test_interrupted_run_resumes_to_the_same_results(tiny_run, tmp_path):
   whole = tiny_run[0].results
   for key in ("flow_validation_loss", "gan_1step/mel_distance", "fm_2step/quiet_bin_lsd"):
     np.testing.assert_allclose(resumed[key], whole[key], rtol=1e-5)
+
+
+def test_examples_from_a_finished_runs_checkpoints(tiny_run):
+  """A finished run's generators restored from its benchmark checkpoint with the benchmark's noise:
+  the same metrics as its results and the same WAV files as the benchmark wrote."""
+  summary, workdir = tiny_run
+  written = {p.name: p.read_bytes() for p in (workdir / "examples").glob("*.wav")}
+  metrics = examples.from_checkpoints(tiny_config(), str(workdir))
+  for key in ("fm_1step/mel_distance", "gan_1step/quiet_bin_lsd", "fm_2step/silence_leakage_dbfs"):
+    np.testing.assert_allclose(metrics[key], summary.results[key], rtol=1e-6)
+  again = {p.name: p.read_bytes() for p in (workdir / "examples").glob("*.wav")}
+  assert again == written
+  np.testing.assert_equal(json.loads((workdir / "examples" / "quality.json").read_text()), metrics)

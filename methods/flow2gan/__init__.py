@@ -16,6 +16,9 @@ Map to the code:
                                  STFT distance, silence leakage, quiet-bin LSD.
   `core/nn/audio_convnext.py`    BiasNorm, ChannelScale, ConvNeXt blocks, the mel encoder, the
                                  branches and their mean with branch dropout.
+  `core/nn/audio_convnext_convert.py`  the official PyTorch generator weights (an `.npz` of the state
+                                 dict) as its parameters (`model.pretrained_checkpoint`, gpu variant).
+  `core/data/wav.py`             16-bit PCM WAV files of the examples.
   `core/nn/audio_discriminators.py`  MPD and MRD.
   `core/gan.py`                  hinge and feature-matching losses.
   `core/data/speech_like.py`     procedural speech-like audio; LibriTTS crops through tfds.
@@ -23,6 +26,8 @@ Map to the code:
                                  the GAN phases start from the flow phase's averaged parameters,
                                  handed over by the loop (orbax checkpoints of each phase).
   `study.py`                     the study's arms, table and figure.
+  `examples.py`                  WAV examples of every generator (written with the benchmark's figure,
+                                 or from a finished run's checkpoints with PESQ).
 
 Time runs from 1 (noise) to 0 (data) as everywhere in `core/diffusion.py`; the network is given the
 reference's time `1 - t`. With a velocity target the network learns `eps - x`, the negative of the
@@ -41,6 +46,7 @@ from methods.base import (
   Method,
   require,
   require_choice,
+  require_file,
   require_positive_int,
   require_prepared_tfds,
 )
@@ -124,6 +130,20 @@ def _validate_model(config) -> None:
   require(m.time_dim % 2 == 0 and m.time_dim >= 4, "model.time_dim", "must be even and >= 4")
   require(m.kernel_size % 2 == 1, "model.kernel_size", "must be odd")
   require(0.0 <= m.branch_dropout < 1.0, "model.branch_dropout", "must be in [0, 1)")
+  if m.get("pretrained_checkpoint", ""):
+    require_file(
+      config,
+      "model.pretrained_checkpoint",
+      "an .npz of the official generator's state dict",
+      "export it from a released k2-fsa/Flow2GAN .pt where torch is installed "
+      "(core/nn/audio_convnext_convert.py)",
+    )
+    require(
+      m.pretrained_checkpoint.endswith(".npz"),
+      "model.pretrained_checkpoint",
+      f"{m.pretrained_checkpoint!r} is not an .npz; a released .pt is a torch pickle, export its "
+      "state dict with torch first (core/nn/audio_convnext_convert.py)",
+    )
   length = config.data.segment_length
   require(
     length % max(config.mel.hop, *hops) == 0,

@@ -15,9 +15,10 @@ import optax
 
 from core import audio, diffusion, gan, optim
 from core.data import batching, speech_like
+from core.nn import audio_convnext_convert
 from core.nn.audio_convnext import MultiBranchGenerator
 from core.nn.audio_discriminators import Discriminators
-from methods.base import Phase, cached_per_config
+from methods.base import ConfigError, Phase, cached_per_config
 
 # ---------------------------------------------------------------------------------------------------
 # Data
@@ -101,10 +102,31 @@ def mel_features(config, waveform: jax.Array) -> jax.Array:
 
 
 def init_generator(config, rng) -> dict:
+  """Fresh parameters, or the official weights converted when `model.pretrained_checkpoint` is set."""
   t = config.data.segment_length
   x = jnp.zeros((1, t))
   mel = mel_features(config, x)
-  return generator(config).init(rng, x, mel, jnp.zeros((1,)), method=MultiBranchGenerator.full)
+  init = functools.partial(generator(config).init, method=MultiBranchGenerator.full)
+  if pretrained_checkpoint(config):
+    return load_pretrained(config, jax.eval_shape(init, rng, x, mel, jnp.zeros((1,))))
+  return init(rng, x, mel, jnp.zeros((1,)))
+
+
+def pretrained_checkpoint(config) -> str:
+  """`model.pretrained_checkpoint`; only the `gpu` variant has the field (the released weights are
+  the paper's 24 kHz generator)."""
+  return config.model.get("pretrained_checkpoint", "")
+
+
+def load_pretrained(config, expected) -> dict:
+  """The official PyTorch generator (an `.npz` of its state dict) as this generator's parameters
+  (`core/nn/audio_convnext_convert.py`); a key that does not fit names itself in a `ConfigError`."""
+  path = pretrained_checkpoint(config)
+  try:
+    state_dict = audio_convnext_convert.read_npz(path)
+    return audio_convnext_convert.flow2gan_to_flax(state_dict, expected, tuple(config.model.n_ffts))
+  except (audio_convnext_convert.CheckpointError, OSError, ValueError) as error:
+    raise ConfigError(f"config.model.pretrained_checkpoint: {error}") from None
 
 
 def model_fn(config, params, cond, dropout_rng=None):
@@ -396,10 +418,12 @@ def jitted_metrics(config):
 
 
 def quality(config, params, num_steps: int, rng) -> tuple[dict[str, float], np.ndarray]:
-  """Metrics of one generator over the test set (fixed noise per batch), and its first outputs."""
+  """Metrics of one generator over the test set (fixed noise per batch), and its first outputs.
+  `pesq` (wideband, `core.audio.pesq_wideband`) is the mean over the segments PESQ can score, and is
+  there only when the optional `pesq` package is installed."""
   data = test_arrays(config)
   fn, metric_fn = jitted_generator(config, num_steps), jitted_metrics(config)
-  rows, first = [], None
+  rows, first, pesq = [], None, []
   size = config.eval.batch_size
   for i, start in enumerate(range(0, len(data["audio"]), size)):
     real = jnp.asarray(data["audio"][start : start + size])
@@ -407,12 +431,18 @@ def quality(config, params, num_steps: int, rng) -> tuple[dict[str, float], np.n
     fake = fn(params, real, jax.random.fold_in(rng, i))
     first = np.asarray(fake) if first is None else first
     rows.append(jax.device_get(metric_fn(real, fake, silence)))
+    if audio.PESQ_AVAILABLE:
+      pesq.append(audio.pesq_wideband(np.asarray(real), np.asarray(fake), config.data.sample_rate))
   energy = sum(float(r["silence_energy"]) for r in rows)
   samples = sum(float(r["silence_samples"]) for r in rows)
   leakage = 10.0 * np.log10(max(energy / samples, 1e-20)) if samples else float("nan")
   out = {k: float(np.mean([r[k] for r in rows])) for k in ("mel_distance", "mr_stft_distance")}
   out["quiet_bin_lsd"] = float(np.mean([r["quiet_bin_lsd"] for r in rows]))
   out["silence_leakage_dbfs"] = leakage
+  if pesq:
+    scores = np.concatenate(pesq)
+    scored = scores[np.isfinite(scores)]
+    out["pesq"] = float(scored.mean()) if scored.size else float("nan")
   return out, first
 
 
@@ -462,13 +492,16 @@ def benchmark(config, params_by_phase, rng) -> tuple[dict[str, float], dict[str,
 
 def spectrogram_figure(config, examples: dict[str, np.ndarray]):
   """Log-magnitude spectrograms of the first test segment: reference and every generator; the
-  reference's digital silence is marked under its panel."""
+  reference's digital silence is marked under its panel. Saving the figure also writes the first test
+  segments of the reference and of every generator as WAV files (`methods/flow2gan/examples.py`)."""
   from experiments.reports import figure_grid
+  from methods.flow2gan.examples import ExamplesFigure, waveforms
 
   data = test_arrays(config)
   panels = [("reference", data["audio"][0]), *[(k, v[0]) for k, v in examples.items()]]
   e = config.eval
-  fig, axes = figure_grid(len(panels), 1, panel_size=(8, 1.6))
+  fig, axes = figure_grid(len(panels), 1, panel_size=(8, 1.6), FigureClass=ExamplesFigure)
+  fig.set_examples(config.data.sample_rate, waveforms(config, examples))
   peak = None
   for ax, (name, wave) in zip(axes[:, 0], panels, strict=True):
     power = np.square(
@@ -495,7 +528,7 @@ def spectrogram_figure(config, examples: dict[str, np.ndarray]):
 def phases(config) -> list[Phase]:
   flow = Phase(
     name="flow",
-    num_steps=config.flow.steps,
+    num_steps=0 if pretrained_checkpoint(config) else config.flow.steps,
     init=functools.partial(init_flow_state, config),
     step=functools.partial(flow_step, config),
     data=lambda inputs: data_source(config, config.flow.batch_size),

@@ -68,6 +68,8 @@ def _rows(results: Mapping[str, Mapping[str, float]]) -> list[dict]:
     for name in _generator_names(r):
       row = {"arm": arm, "generator": name.replace("_", " ")}
       row.update({m: r[f"{name}/{m}"] for m in METRICS})
+      if f"{name}/pesq" in r:  # only with the optional `pesq` package
+        row["pesq"] = r[f"{name}/pesq"]
       row["real_time_factor"] = r[f"{name}/real_time_factor"]
       rows.append(row)
   return rows
@@ -104,6 +106,8 @@ def _summary(results) -> dict:
       e["gan_1step/mel_distance"] - v["gan_1step/mel_distance"]
     )
   for name in gans:
+    if f"{name}/pesq" in e:
+      out[f"{name}_pesq"] = e[f"{name}/pesq"]
     out[f"{name}_mel_distance"] = e[f"{name}/mel_distance"]
     out[f"{name}_real_time_factor"] = e[f"{name}/real_time_factor"]
   for n in (1, 4, 8):
@@ -118,9 +122,10 @@ def report(config, results: Mapping[str, Mapping[str, float]]) -> Report:
     summary=_summary(results),
     figures={"flow2gan_study": _figure(config, results)},
     notes=(
-      "PESQ is not reported (the `pesq` package is not a dependency); WAV files are not written "
-      "(methods return numbers and figures only); the benchmark's spectrograms are in each arm's "
-      "spectrograms.png."
+      "Each arm's folder holds its benchmark's spectrograms.png and WAV examples (examples/: the "
+      "reference and every generator on the first test segments). PESQ (wideband, after resampling "
+      "to 16 kHz) is tabulated where the optional `pesq` package was installed for the benchmark, "
+      "or added to a finished arm by `python -m methods.flow2gan.examples --merge_pesq`."
     ),
   )
 

@@ -1,0 +1,173 @@
+r"""Flow2GAN's listening examples: WAV files of the reference and every generator's output.
+
+The benchmark phase writes them into the run's folder, `<workdir>/examples/<generator>_<i>.wav` and
+`reference_<i>.wav` (16-bit PCM at `data.sample_rate`, the first `WAV_EXAMPLES` test segments, the same
+noise as the benchmark's metrics), through its spectrogram figure: the loop saves artifacts with
+`savefig(path)`, and `ExamplesFigure.savefig` writes the WAV files next to the image. In a study every
+arm is a run, so each arm's folder holds its own examples, one set per generator (FM at each step
+count, each GAN generator).
+
+Runs finished before the benchmark wrote WAV files get them from their checkpoints, with no training:
+
+  python -m methods.flow2gan.examples --config=configs/flow2gan.py:study --workdir=runs/flow2gan_study
+  python -m methods.flow2gan.examples --config=configs/flow2gan.py --workdir=runs/flow2gan
+
+This restores the benchmark phase's saved parameters (every generator), regenerates the test set with
+the benchmark's noise (the loop's evaluation key), writes the WAV files and `examples/quality.json`:
+every generator's metrics recomputed (they match the run's `results.json` up to float rounding; the
+speed is not re-timed) plus wideband PESQ when the `pesq` package is installed. `--merge_pesq` also
+adds the PESQ keys to the run's `results.json`, so `experiments/study.py --report_only` tabulates them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+
+import jax
+import numpy as np
+from matplotlib.figure import Figure
+
+from core.data import wav
+
+phases = importlib.import_module(
+  "methods.flow2gan.phases"
+)  # the package exports a `phases` function
+
+WAV_EXAMPLES = 4  # test segments written per generator (and of the reference)
+EXAMPLES_DIR = "examples"
+
+
+class ExamplesFigure(Figure):
+  """A matplotlib figure that writes its audio examples when saved: `savefig("<dir>/x.png")` also
+  writes `<dir>/examples/<name>_<i>.wav` for every `(N, T)` array set with `set_examples`."""
+
+  def set_examples(self, sample_rate: int, waveforms: dict[str, np.ndarray]) -> None:
+    self._examples = (sample_rate, waveforms)
+
+  def savefig(self, fname, *args, **kwargs):
+    super().savefig(fname, *args, **kwargs)
+    examples = getattr(self, "_examples", None)
+    if examples is not None and isinstance(fname, str | os.PathLike):
+      folder = os.path.join(os.path.dirname(os.fspath(fname)), EXAMPLES_DIR)
+      wav.write_examples(folder, examples[0], examples[1], WAV_EXAMPLES)
+
+
+def waveforms(config, examples: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+  """`{"reference": ..., <generator>: ...}`, the first `WAV_EXAMPLES` test segments of each."""
+  reference = phases.test_arrays(config)["audio"][:WAV_EXAMPLES]
+  return {"reference": reference, **{k: np.asarray(v)[:WAV_EXAMPLES] for k, v in examples.items()}}
+
+
+# ---------------------------------------------------------------------------------------------------
+# Finished runs: examples and PESQ from the benchmark's checkpoint
+# ---------------------------------------------------------------------------------------------------
+
+
+def benchmark_index(config) -> int:
+  return [p.name for p in phases.phases(config)].index("benchmark")
+
+
+def evaluation_key(config) -> jax.Array:
+  """The key the loop hands the benchmark's `evaluate` (`experiments/loop.py`: phase `i` runs with
+  `fold_in(key(seed), i)`, split into init, step and evaluation keys)."""
+  phase_key = jax.random.fold_in(jax.random.key(config.seed), benchmark_index(config))
+  return jax.random.split(phase_key, 3)[2]
+
+
+def restore_generators(config, run_dir: str) -> dict:
+  """Every generator's parameters (`{phase: params}`) from the benchmark phase's checkpoint."""
+  from experiments.checkpoints import PhaseCheckpoints
+
+  device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+  shapes = jax.eval_shape(lambda: phases.init_generator(config, jax.random.key(0)))
+  one = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=device), shapes)
+  names = ["flow", *(f"gan_{n}step" for n in config.gan.generator_steps)]
+  store = PhaseCheckpoints(os.path.join(run_dir, "checkpoints", "benchmark"), max_to_keep=1)
+  try:
+    step = store.latest_step()
+    if step is None:
+      raise FileNotFoundError(f"{run_dir}: no benchmark checkpoint (has the run finished?)")
+    state, _ = store.restore(step, {name: one for name in names})
+  finally:
+    store.close()
+  return state
+
+
+def from_checkpoints(config, run_dir: str, merge_pesq: bool = False) -> dict[str, float]:
+  """Writes the run's WAV examples and `examples/quality.json` from its checkpoints; returns the
+  recomputed metrics (`<generator>/<metric>`, PESQ included when available)."""
+  from core import audio
+
+  _check_config(config, run_dir)
+  params_by_phase = restore_generators(config, run_dir)
+  rng = evaluation_key(config)
+  metrics, examples = {}, {}
+  for name, phase, steps in phases.generators(config):
+    values, examples[name] = phases.quality(config, params_by_phase[phase], steps, rng)
+    metrics.update({f"{name}/{k}": v for k, v in values.items()})
+  folder = os.path.join(run_dir, EXAMPLES_DIR)
+  wav.write_examples(folder, config.data.sample_rate, waveforms(config, examples), WAV_EXAMPLES)
+  with open(os.path.join(folder, "quality.json"), "w") as f:
+    json.dump(metrics, f, indent=2, sort_keys=True)
+  if merge_pesq and audio.PESQ_AVAILABLE:
+    _merge_into_results(config, run_dir, metrics)
+  return metrics
+
+
+def _check_config(config, run_dir: str) -> None:
+  """The run must have been made with `config` (its test set, noise and generators)."""
+  path = os.path.join(run_dir, "config.json")
+  if not os.path.exists(path):
+    raise FileNotFoundError(f"{run_dir}: no config.json (not a run folder)")
+  with open(path) as f:
+    if json.load(f) != json.loads(config.to_json()):
+      raise ValueError(
+        f"{run_dir}: config.json differs from the given config; pass the run's config"
+      )
+
+
+def _merge_into_results(config, run_dir: str, metrics: dict[str, float]) -> None:
+  """Adds the PESQ keys (and the headline's `pesq`) to the run's `results.json`."""
+  path = os.path.join(run_dir, "results.json")
+  with open(path) as f:
+    results = json.load(f)
+  added = {k: v for k, v in metrics.items() if k.endswith("/pesq")}
+  added["pesq"] = metrics[f"{phases.headline(config)}/pesq"]
+  with open(path, "w") as f:
+    json.dump({**results, **added}, f, indent=2, sort_keys=True)
+
+
+def runs(config, workdir: str) -> list[tuple[str, object]]:
+  """`(run folder, config)`: the study's arms for a study config, else the one run."""
+  if config.variant != "study":
+    return [(workdir, config)]
+  from methods.flow2gan import study
+
+  return [(os.path.join(workdir, name), arm) for name, arm in study.study_arms(config)]
+
+
+def main(argv) -> int:
+  del argv
+  from absl import flags
+
+  values = flags.FLAGS
+  for run_dir, config in runs(values.config, values.workdir):
+    metrics = from_checkpoints(config, run_dir, values.merge_pesq)
+    print(run_dir, json.dumps({k: round(v, 4) for k, v in metrics.items()}), flush=True)
+  return 0
+
+
+if __name__ == "__main__":
+  from absl import app, flags
+  from ml_collections import config_flags
+
+  config_flags.DEFINE_config_file(
+    "config", None, "configs/flow2gan.py or configs/flow2gan.py:study"
+  )
+  flags.DEFINE_string("workdir", None, "The run's folder, or the study's (one folder per arm).")
+  flags.DEFINE_bool("merge_pesq", False, "Also add the PESQ keys to each run's results.json.")
+  flags.mark_flags_as_required(["config", "workdir"])
+  sys.exit(app.run(main))
