@@ -11,6 +11,9 @@ Variants:
   study     the contextual-SBM study on 2 CPU cores in ~10 minutes: Theorem 2 check, MLP / GCN / GAT /
             GCN-8 / GCN on G-hat / FGL-uniform / FGL / FGL-oracle over h in {0.1, ..., 0.9} x 2 seeds,
             the N_T ablation at h = 0.3, and aggregator scaling.
+  oracle_noise  the score-quality study at h = 0.3 (36 runs, ~13 CPU-minutes): FGL with oracle
+            scores mixed with noise (AUC 1 -> 1/2) against FGL-uniform, next to the estimator, the
+            estimator trained on true labels and the NAAM agreement baseline, 3 seeds.
   gpu       paper scale: a Planetoid graph (Cora by default; --config.data.name=citeseer|pubmed) read
             from raw ind.<name>.* files in --config.data.data_dir (never downloaded), the public
             split, hidden 256, 500 epochs, level-synchronous aggregator. Described, not run here.
@@ -19,6 +22,7 @@ Variants:
   python experiments/train.py --config=configs/fgl.py --config.fgl.scores=uniform   # FGL-uniform
   python experiments/train.py --config=configs/fgl.py --config.fgl.scores=oracle    # FGL-oracle
   python experiments/study.py --config=configs/fgl.py:study --workdir=/tmp/fgl_study
+  python experiments/study.py --config=configs/fgl.py:oracle_noise --workdir=/tmp/fgl_oracle_noise
   python experiments/train.py --config=configs/fgl.py:gpu --config.data.data_dir=/data/planetoid
 """
 
@@ -26,7 +30,7 @@ import ml_collections
 
 from configs import common
 
-VARIANTS = ("default", "study", "gpu")
+VARIANTS = ("default", "study", "oracle_noise", "gpu")
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -69,8 +73,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.model.dtype = "float32"
 
   config.fgl = ml_collections.ConfigDict()
-  config.fgl.scores = "estimator"  # "estimator" | "uniform" (s = 1) | "oracle" (s = p/q by label)
+  # "estimator" | "agreement" (sum_c p_i(c) p_j(c) of the NAAM's predictions) | "uniform" (s = 1) |
+  # "oracle" (s = p/q by label)
+  config.fgl.scores = "estimator"
   config.fgl.oracle_ratio = 10.0  # p/q of the oracle scores
+  config.fgl.oracle_noise = 0.0  # oracle s = ratio ** ((1 - noise) 1[same] + noise U(0, 1))
   config.fgl.naam = (
     "auto"  # auxiliary model: "auto" (GCN if labeled-edge h > 0.5 else MLP) | gcn | mlp
   )
@@ -78,6 +85,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.fgl.knn = 5  # k: edges added per node in pseudo-label space (0: no augmentation)
   config.fgl.estimator_hidden = 64
   config.fgl.estimator_steps = 100  # homophily-estimator epochs
+  # what the estimator is trained on: "pseudo" (the NAAM's pseudo-labels, the paper) | "true" (true
+  # labels of every node: an upper bound of the attention estimator, for diagnosis only)
+  config.fgl.estimator_labels = "pseudo"
   config.fgl.score_power = 1.0  # P(T) ~ prod s(e)^power (1: the paper's law)
   config.fgl.num_trees = 8  # N_T trees per round (must divide by the number of devices)
   config.fgl.resample_every = 20  # epochs between tree resamples
@@ -108,6 +118,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.scaling.repeats = 5
 
   config.study = ml_collections.ConfigDict()
+  config.study.design = "homophily"  # "homophily" (the main study) | "oracle_noise"
   config.study.homophilies = (0.1, 0.3, 0.5, 0.7, 0.9)
   config.study.seeds = (0, 1)  # graph, split, init and trees all vary with the seed
   config.study.methods = tuple(
@@ -115,9 +126,15 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   )
   config.study.ablation_homophily = 0.3
   config.study.ablation_num_trees = (1, 4, 8)
+  # oracle_noise design: FGL with noisy oracle scores (`fgl.oracle_noise` levels) at one h
+  config.study.noise_homophily = 0.3
+  config.study.noise_levels = (0.0, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 1.0)
 
   config.loop = common.loop_config(log_every=50, checkpoint_every=1000)
 
+  if variant == "oracle_noise":
+    config.study.design = "oracle_noise"
+    config.study.seeds = (0, 1, 2)
   if variant == "gpu":
     config.data.source = "planetoid"
     config.data.split = "public"

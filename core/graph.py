@@ -12,7 +12,8 @@ weight of the message that travels along e.
 * homophily: `edge_homophily`, `labeled_edge_homophily` (the NAAM switch),
   `homophilous_components` (NHCC of Theorem 2), `tree_edge_homophily`.
 * scores (the homophily estimator, Eq. 3): `edge_scores` s(e_ij) = (a_i->j + a_j->i) / 2;
-  `propagation_weights`; `attention_from_scores` for the uniform and oracle arms.
+  `propagation_weights`; `attention_from_scores` for given scores: uniform, oracle
+  (`oracle_scores`, `noisy_oracle_scores`) and the auxiliary model's `agreement_scores`.
 * trees (the tree sampler): `WilsonSampler` draws spanning forests with P(T) ~ prod_{e in T} s(e);
   `recenter` re-roots them at their centres; `tree_levels` gives BFS order and level tables;
   `tree_edge_weights` the directed weights per tree.
@@ -183,6 +184,38 @@ def oracle_scores(senders, receivers, labels, ratio: float) -> np.ndarray:
   """Binary scores of Theorem 2: `ratio` (= p/q) on same-label edges, 1 on the others."""
   labels = np.asarray(labels)
   return np.where(labels[senders] == labels[receivers], float(ratio), 1.0)
+
+
+def noisy_oracle_scores(senders, receivers, labels, ratio: float, noise: float, rng) -> np.ndarray:
+  """Oracle scores blurred by noise: ratio ** ((1 - noise) * 1[y_i = y_j] + noise * u_ij).
+
+  u_ij ~ U(0, 1) is drawn once per undirected edge, so s stays symmetric; the scores stay in
+  [1, ratio] at every noise level. noise = 0 gives `oracle_scores` (AUC 1), noise = 1 scores
+  unrelated to the labels (AUC 1/2); in between the AUC is 1 - (1 - c)^2 / 2 with
+  c = min(1, (1 - noise) / noise). The sweep over noise maps estimator quality (AUC) to accuracy.
+  """
+  if not 0.0 <= noise <= 1.0:
+    raise ValueError(f"noise: must be in [0, 1], got {noise}")
+  senders, receivers, labels = np.asarray(senders), np.asarray(receivers), np.asarray(labels)
+  reverse = reverse_edges(senders, receivers, labels.shape[0])
+  u = rng.random(senders.size)
+  u = np.where(senders < receivers, u, u[reverse])
+  same = (labels[senders] == labels[receivers]).astype(np.float64)
+  return float(ratio) ** ((1.0 - noise) * same + noise * u)
+
+
+def agreement_scores(senders, receivers, probabilities, floor: float = 1e-6) -> np.ndarray:
+  """s(e_ij) = sum_c p_i(c) p_j(c): the chance that the auxiliary model's predicted class
+  distributions at the two ends agree (a baseline homophily score without attention).
+
+  Symmetric and in [floor, 1] (a product of two distributions sums to at most max_c p_i(c)); the
+  floor keeps every edge samplable and every receiver's score total positive.
+  """
+  p = np.asarray(probabilities, np.float64)
+  senders, receivers = np.asarray(senders), np.asarray(receivers)
+  if p.ndim != 2 or (senders.size and max(senders.max(), receivers.max()) >= p.shape[0]):
+    raise ValueError(f"probabilities: expected [num_nodes, num_classes], got shape {p.shape}")
+  return np.clip(np.sum(p[senders] * p[receivers], axis=1), floor, 1.0)
 
 
 def propagation_weights(attention, receivers, num_nodes: int) -> np.ndarray:

@@ -265,6 +265,51 @@ def test_scores_weights_and_knn_augmentation():
   assert np.all(aug_senders != aug_receivers)
 
 
+def test_agreement_scores_are_symmetric_and_in_unit_interval():
+  rng = np.random.default_rng(5)
+  g = graphs.contextual_sbm(200, 4, 4, 0.3, 6.0, 1.0, seed=5)
+  probabilities = rng.dirichlet(np.full(4, 0.3), size=200)
+  scores = graph.agreement_scores(g.senders, g.receivers, probabilities)
+  np.testing.assert_allclose(scores, scores[graph.reverse_edges(g.senders, g.receivers, 200)])
+  assert scores.min() > 0 and scores.max() <= 1
+  onehot = np.eye(4)[g.labels]  # exact predictions: 1 on same-label edges, the floor elsewhere
+  exact = graph.agreement_scores(g.senders, g.receivers, onehot)
+  same = g.labels[g.senders] == g.labels[g.receivers]
+  assert np.all(exact[same] == 1.0) and np.all(exact[~same] < 1e-5)
+  with pytest.raises(ValueError, match="probabilities: expected"):
+    graph.agreement_scores(g.senders, g.receivers, probabilities[:10])
+
+
+def test_noisy_oracle_scores_trace_auc_from_one_to_one_half():
+  g = graphs.contextual_sbm(600, 4, 4, 0.3, 8.0, 1.0, seed=6)
+  same = g.labels[g.senders] == g.labels[g.receivers]
+  reverse = graph.reverse_edges(g.senders, g.receivers, 600)
+  aucs = []
+  for noise in (0.0, 0.7, 1.0):
+    rng = np.random.default_rng(0)
+    scores = graph.noisy_oracle_scores(g.senders, g.receivers, g.labels, 10.0, noise, rng)
+    np.testing.assert_allclose(scores, scores[reverse])
+    assert scores.min() >= 1.0 and scores.max() <= 10.0
+    aucs.append(fgl._auc(scores[same], scores[~same]))
+  np.testing.assert_array_equal(
+    graph.noisy_oracle_scores(g.senders, g.receivers, g.labels, 10.0, 0.0, rng),
+    graph.oracle_scores(g.senders, g.receivers, g.labels, 10.0),
+  )
+  c = 0.3 / 0.7  # AUC = 1 - (1 - c)^2 / 2 for noise 0.7
+  assert (
+    aucs[0] == 1.0 and abs(aucs[1] - (1 - (1 - c) ** 2 / 2)) < 0.02 and abs(aucs[2] - 0.5) < 0.03
+  )
+
+
+def test_break_even_auc_and_gain_interval():
+  from methods.fgl import study
+
+  assert study.break_even_auc([1.0, 0.9, 0.7, 0.5], [10.0, 4.0, -4.0, -1.0]) == pytest.approx(0.8)
+  assert math.isnan(study.break_even_auc([1.0, 0.5], [3.0, 1.0]))
+  mean, half = study.gain_interval([1.0, 2.0, 3.0])
+  assert mean == 2.0 and half == pytest.approx(stats.t.ppf(0.975, 2) / math.sqrt(3))
+
+
 def test_attention_estimator_scores_same_class_edges_higher():
   """Trained on true labels of a CSBM graph (h = 0.5), s(e) separates same- from cross-class edges."""
   g = graphs.contextual_sbm(600, 3, 16, 0.5, 8.0, 2.0, seed=2)
@@ -356,6 +401,7 @@ def test_tree_source_is_a_pure_function_of_the_step():
     ("data__homophily", 1.2, "config.data.homophily: must be in"),
     ("fgl__num_trees", 0, "config.fgl.num_trees: must be positive"),
     ("fgl__beta_init", (1.0, 0.0, 1.0), "config.fgl.beta_init: needs three positive"),
+    ("fgl__oracle_noise", 1.5, "config.fgl.oracle_noise: must be in"),
     ("data__source", "planetoid", "config.data.data_dir: the planetoid source needs"),
   ],
 )
@@ -399,3 +445,27 @@ def test_study_arms_and_report():
   assert set(report.rows[0]) == {"h", *config.study.methods}
   assert "fgl_study" in report.figures and "Theorem 2" in report.notes
   assert report.summary["tree_loglog_slope"] == 1.0
+
+
+@pytest.mark.slow
+def test_oracle_noise_study_arms_and_report():
+  config = fgl_config.get_config("oracle_noise")
+  arms = fgl.study_arms(config)
+  names = [name for name, _ in arms]
+  assert len(names) == len(set(names)) == 3 * (4 + len(config.study.noise_levels))
+  noise = {arm.fgl.oracle_noise for name, arm in arms if "noise" in name}
+  assert noise == set(config.study.noise_levels)
+  rng = np.random.default_rng(0)
+  results = {}
+  for name, arm in arms:
+    oracle = arm.fgl.scores == "oracle"
+    accuracy = 0.55 + 0.3 * (1 - arm.fgl.oracle_noise) if oracle else 0.6
+    results[name] = {
+      "test_accuracy": accuracy + 0.01 * rng.normal(),
+      "score_auc": 1 - 0.5 * arm.fgl.oracle_noise if oracle else 0.7,
+      **{k: float(rng.uniform()) for k in ("score_contrast", "tree_homophily")},
+    }
+  report = fgl.report(config, results)
+  assert len(report.rows) == 4 + len(config.study.noise_levels)
+  assert "fgl_oracle_auc" in report.figures
+  assert 0.5 <= report.summary["break_even_auc"] <= 1.0

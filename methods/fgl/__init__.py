@@ -18,12 +18,18 @@ closed over, so `data` is None except for the student, whose data are the sample
              trees as a pure function of the step); per tree the two-pass aggregation with W_A^dist
              (Eq. 7-8, `kernels/tree_aggregate`), RowNorm, mean over trees, fused with the local
              module (Eq. 9-11; `core.nn.gnn.FGLStudent`).
-`fgl.scores = "uniform"` (s = 1: uniform spanning trees) and `"oracle"` (s = p on same-label edges,
-q otherwise, p/q = `fgl.oracle_ratio`) replace the estimator. Baselines (`mlp`, `gcn`, `gat`) are
-one phase `train` on G, or `naam` then `train` on G-hat (`model.graph = "augmented"`, the reviewers'
-"GCN on G-hat"). `config.analysis` selects evaluate-only runs: `theorem2` (tree homophily against
-p/q toward 1 - (NHCC - 1)/(n - 1), Theorem 2, no training) and `scaling` (aggregator vs dense
-attention time).
+`fgl.scores = "uniform"` (s = 1: uniform spanning trees), `"oracle"` (s = p on same-label edges,
+q otherwise, p/q = `fgl.oracle_ratio`; `fgl.oracle_noise` mixes U(0, 1) noise into the same-label
+indicator in the exponent, taking the edge AUC from 1 to 1/2) and `"agreement"` (s = sum_c
+p_i(c) p_j(c) of the NAAM's predicted class distributions, a baseline estimator without attention)
+replace the estimator; `fgl.estimator_labels = "true"` trains the estimator on the true labels of
+every node instead of the pseudo-labels (an upper bound of the estimator, for diagnosis).
+Baselines (`mlp`, `gcn`, `gat`) are one phase `train` on G, or `naam` then `train` on G-hat
+(`model.graph = "augmented"`, the reviewers' "GCN on G-hat"). `config.analysis` selects
+evaluate-only runs: `theorem2` (tree homophily against p/q toward 1 - (NHCC - 1)/(n - 1), Theorem 2,
+no training) and `scaling` (aggregator vs dense attention time). `study.design = "oracle_noise"`
+(`configs/fgl.py:oracle_noise`) is the score-quality study: accuracy gain over FGL-uniform against
+the scores' edge AUC.
 
 Layout: `phases.py` (the phases and their steps), `study.py` (the study's arms, tables and figure);
 the graphs and splits are `core.data.graphs`, the trees `core.data.forests`, the networks and their
@@ -75,7 +81,7 @@ __all__ = [
 ]
 
 KINDS = ("mlp", "gcn", "gat", "fgl")
-SCORES = ("estimator", "uniform", "oracle")
+SCORES = ("estimator", "agreement", "uniform", "oracle")
 ANALYSES = ("", "theorem2", "scaling")
 IMPLEMENTATIONS = ("", "xla", "sequential", "pallas")
 
@@ -91,6 +97,8 @@ def validate(config: ml_collections.ConfigDict) -> None:
   require_choice(config, "model.dtype", precision.DTYPE_NAMES)
   require_choice(config, "fgl.scores", SCORES)
   require_choice(config, "fgl.naam", ("auto", "gcn", "mlp"))
+  require_choice(config, "fgl.estimator_labels", ("pseudo", "true"))
+  require_choice(config, "study.design", ("homophily", "oracle_noise"))
   require_choice(config, "fgl.implementation", IMPLEMENTATIONS)
   require_choice(config, "fgl.w_a", ("diagonal", "symmetric"))
   for field in (
@@ -136,6 +144,16 @@ def validate(config: ml_collections.ConfigDict) -> None:
     config.fgl.oracle_ratio > 0,
     "fgl.oracle_ratio",
     f"must be positive, got {config.fgl.oracle_ratio}",
+  )
+  require(
+    0.0 <= config.fgl.oracle_noise <= 1.0,
+    "fgl.oracle_noise",
+    f"must be in [0, 1], got {config.fgl.oracle_noise}",
+  )
+  require(
+    all(0.0 <= x <= 1.0 for x in config.study.noise_levels),
+    "study.noise_levels",
+    f"must lie in [0, 1], got {config.study.noise_levels}",
   )
   require(0.0 < config.fgl.eigenvalue_init < 1.0, "fgl.eigenvalue_init", "must be in (0, 1)")
   require(

@@ -22,8 +22,10 @@ from core.data import forests, graphs
 from core.nn import gnn, precision
 from methods.base import Phase, cached_per_config
 
-# Seed-sequence word of the uniform comparison trees (training rounds use 0, 1, 2, ...).
+# Seed-sequence words of the uniform comparison trees and of the oracle's noise (training rounds
+# use 0, 1, 2, ...).
 _UNIFORM_STREAM = 2**31 - 1
+_NOISE_STREAM = 2**31 - 2
 
 # ---------------------------------------------------------------------------------------------------
 # Data and the student network
@@ -266,7 +268,8 @@ def naam_phase(config, data: graphs.GraphDataset) -> Phase:
 def naam_outputs(
   config, data: graphs.GraphDataset, model: gnn.NodeClassifier, state
 ) -> dict[str, np.ndarray]:
-  """Pseudo-labels (true labels on training nodes) and G-hat; uniform/oracle attention on G-hat."""
+  """Pseudo-labels (true labels on training nodes), the predicted class distributions and G-hat;
+  for given scores (uniform, oracle, agreement) the attention on G-hat they induce."""
   logits = jax.jit(lambda p, f: model.logits(p, f, None, True))(
     state["best"]["params"], state["fixed"]
   )
@@ -280,20 +283,38 @@ def naam_outputs(
     )
   else:
     senders, receivers = g.senders, g.receivers
-  out = {"pseudo_labels": pseudo, "senders": senders, "receivers": receivers}
+  out = {
+    "pseudo_labels": pseudo,
+    "probabilities": probabilities.astype(np.float32),
+    "senders": senders,
+    "receivers": receivers,
+  }
   if config.fgl.scores != "estimator":
-    scores = given_scores(config, data, senders, receivers)
+    scores = given_scores(config, data, senders, receivers, probabilities)
     out["attention"] = graph_lib.attention_from_scores(scores, receivers, data.num_nodes).astype(
       np.float32
     )
   return out
 
 
-def given_scores(config, data: graphs.GraphDataset, senders, receivers) -> np.ndarray:
-  """Edge scores of the uniform (s = 1) and oracle (s = p/q on same-label edges, else 1) arms."""
-  if config.fgl.scores == "uniform":
+def given_scores(
+  config, data: graphs.GraphDataset, senders, receivers, probabilities=None
+) -> np.ndarray:
+  """Edge scores that replace the estimator's: uniform (s = 1), agreement of the NAAM's predicted
+  class distributions (`probabilities`, a baseline estimator), or oracle (p/q on same-label edges,
+  else 1) blurred by `fgl.oracle_noise` (noise 0: the exact oracle)."""
+  fgl = config.fgl
+  if fgl.scores == "uniform":
     return np.ones(len(senders))
-  return graph_lib.oracle_scores(senders, receivers, data.graph.labels, config.fgl.oracle_ratio)
+  if fgl.scores == "agreement":
+    if probabilities is None:
+      raise ValueError("fgl.scores: 'agreement' needs the NAAM's predicted class distributions")
+    return graph_lib.agreement_scores(senders, receivers, probabilities)
+  rng = np.random.default_rng([config.seed, _NOISE_STREAM])
+  labels = data.graph.labels
+  return graph_lib.noisy_oracle_scores(
+    senders, receivers, labels, fgl.oracle_ratio, fgl.oracle_noise, rng
+  )
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -312,9 +333,10 @@ def estimator_phase(config, data: graphs.GraphDataset) -> Phase:
 
   def fixed(inputs):
     naam = inputs["naam"]
-    return _edges(
-      naam["senders"], naam["receivers"], naam["pseudo_labels"], jnp.ones(data.num_nodes)
+    targets = (
+      naam["pseudo_labels"] if config.fgl.estimator_labels == "pseudo" else data.graph.labels
     )
+    return _edges(naam["senders"], naam["receivers"], targets, jnp.ones(data.num_nodes))
 
   def evaluate(state, rng, inputs):
     del rng
@@ -360,13 +382,15 @@ def auc(positive: np.ndarray, negative: np.ndarray) -> float:
 
 
 def forest_inputs(config, data: graphs.GraphDataset, inputs) -> forests.Forest:
-  """G-hat from the NAAM phase, with the estimator's scores (or the uniform/oracle ones)."""
+  """G-hat from the NAAM phase, with the estimator's scores (or the given ones, `given_scores`)."""
   naam = inputs["naam"]
   senders, receivers = np.asarray(naam["senders"]), np.asarray(naam["receivers"])
   if config.fgl.scores == "estimator":
     attention, scores = inputs["estimator"]["attention"], None  # s(e) from the attention
   else:
-    attention, scores = naam["attention"], given_scores(config, data, senders, receivers)
+    probabilities = naam.get("probabilities")
+    attention = naam["attention"]
+    scores = given_scores(config, data, senders, receivers, probabilities)
   return forests.build_forest(
     senders, receivers, attention, data.num_nodes, scores, config.fgl.score_power
   )
@@ -433,6 +457,7 @@ def forest_statistics(
   ]
   nhcc = graph_lib.homophilous_components(forest.senders, forest.receivers, labels, n)
   return {
+    **score_statistics(forest, labels, inputs["naam"].get("probabilities")),
     "tree_homophily": float(np.mean([graph_lib.tree_edge_homophily(p, labels) for p in trees])),
     "uniform_tree_homophily": float(
       np.mean([graph_lib.tree_edge_homophily(p, labels) for p in uniform_trees])
@@ -445,6 +470,22 @@ def forest_statistics(
     "tree_depth": float(np.mean([graph_lib.tree_levels(p).depth.max() for p in trees])),
     "wilson_ms_per_tree": 1e3 * float(np.mean(source.seconds_per_tree)),
   }
+
+
+def score_statistics(forest: forests.Forest, labels, probabilities=None) -> dict[str, float]:
+  """How well the sampling scores of G-hat separate same-label from cross-label edges: their AUC
+  and contrast (mean score of same-label over cross-label edges); the AUC of the NAAM agreement
+  baseline on the same edges when its predicted distributions are given."""
+  same = labels[forest.senders] == labels[forest.receivers]
+  scores = forest.scores
+  out = {
+    "score_auc": auc(scores[same], scores[~same]),
+    "score_contrast": float(scores[same].mean() / scores[~same].mean()),
+  }
+  if probabilities is not None:
+    agreement = graph_lib.agreement_scores(forest.senders, forest.receivers, probabilities)
+    out["agreement_score_auc"] = auc(agreement[same], agreement[~same])
+  return out
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -9,6 +9,11 @@ Semi-Supervised Node Classification" (ICLR 2026) on contextual SBM graphs of cho
   1 - (NHCC - 1)/(n - 1);
 * the N_T (number of trees) ablation, and the aggregator's time against n (linear, Theorem 1)
   next to dense all-pairs attention.
+
+`configs/fgl.py:oracle_noise` (`study.design = "oracle_noise"`) is a second study: at one h, FGL
+with oracle scores mixed with noise at several levels, the paper's estimator, the estimator trained
+on true labels and the NAAM agreement baseline, each against FGL-uniform on the same seed: the
+accuracy gain as a function of the scores' edge AUC, and the AUC at which the gain reaches zero.
 """
 
 from __future__ import annotations
@@ -49,6 +54,8 @@ def _arm_name(homophily: float, seed: int, method: str) -> str:
 
 
 def study_arms(config: ml_collections.ConfigDict):
+  if config.study.design == "oracle_noise":
+    return noise_arms(config)
   study, arms = config.study, []
   for homophily in study.homophilies:
     theorem2 = _arm(config, 0, homophily)
@@ -87,6 +94,8 @@ def _collect(results, homophily, seeds, method, key):
 
 
 def report(config, results: Mapping[str, Mapping[str, float]]) -> Report:
+  if config.study.design == "oracle_noise":
+    return noise_report(config, results)
   study = config.study
   mean = lambda h, m, key="test_accuracy": _nanmean(_collect(results, h, study.seeds, m, key))
   rows = [
@@ -263,3 +272,163 @@ def _theorem2_panel(ax, config, results) -> None:
       ax.axhline(r["theorem2_bound"], color=f"C{i}", ls="--", lw=0.8)
   ax.set(xlabel="p/q", ylabel="tree edge-homophily", title="Theorem 2 (dashed: NHCC bound)")
   ax.legend(fontsize=7)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Score quality (`configs/fgl.py:oracle_noise`): accuracy gain over uniform trees against edge AUC
+# ---------------------------------------------------------------------------------------------------
+
+# study method name -> (fgl.scores, fgl.estimator_labels); the oracle-noise arms are added per level
+NOISE_BASE_ARMS = {
+  "fgl_uniform": ("uniform", "pseudo"),
+  "fgl": ("estimator", "pseudo"),
+  "fgl_agreement": ("agreement", "pseudo"),
+  "fgl_true_estimator": ("estimator", "true"),
+}
+_NOISE_LABELS = {
+  "fgl": "estimator (paper)",
+  "fgl_agreement": "NAAM agreement",
+  "fgl_true_estimator": "estimator on true labels",
+}
+
+
+def _noise_method(level: float) -> str:
+  return f"fgl_noise{level:g}"
+
+
+def noise_arms(config: ml_collections.ConfigDict):
+  """FGL at h = `study.noise_homophily` with uniform, estimated, agreement, true-label-estimator and
+  noisy oracle scores (one arm per `study.noise_levels` entry), over `study.seeds`."""
+  study, h, arms = config.study, config.study.noise_homophily, []
+  methods = {
+    name: dict(fgl__scores=s, fgl__estimator_labels=t) for name, (s, t) in NOISE_BASE_ARMS.items()
+  }
+  for level in study.noise_levels:
+    methods[_noise_method(level)] = dict(fgl__scores="oracle", fgl__oracle_noise=float(level))
+  for seed in study.seeds:
+    for method, fields in methods.items():
+      arms.append((_arm_name(h, seed, method), _arm(config, seed, h, model__kind="fgl", **fields)))
+  return arms
+
+
+def gain_interval(gains) -> tuple[float, float]:
+  """Mean and 95% Student-t half-width of per-seed paired gains (nan half-width for one seed)."""
+  from scipy import stats
+
+  gains = np.asarray([g for g in gains if g is not None], np.float64)
+  if gains.size == 0:
+    return float("nan"), float("nan")
+  if gains.size == 1:
+    return float(gains[0]), float("nan")
+  half = stats.t.ppf(0.975, gains.size - 1) * gains.std(ddof=1) / np.sqrt(gains.size)
+  return float(gains.mean()), float(half)
+
+
+def break_even_auc(aucs, gains) -> float:
+  """AUC where the mean gain first reaches 0 coming down from the best-AUC point (linear
+  interpolation between neighbouring levels); nan if the gain never changes sign."""
+  order = np.argsort(aucs)[::-1]
+  a, g = np.asarray(aucs)[order], np.asarray(gains)[order]
+  for i in range(1, len(a)):
+    if g[i - 1] > 0 >= g[i]:
+      return float(a[i] + (a[i - 1] - a[i]) * (0 - g[i]) / (g[i - 1] - g[i]))
+  return float("nan")
+
+
+def _noise_points(config, results):
+  """Per method: mean score AUC, contrast, tree homophily, accuracy, gain over uniform (mean, half)."""
+  study, h = config.study, config.study.noise_homophily
+  seeds = list(study.seeds)
+  uniform = _collect(results, h, seeds, "fgl_uniform", "test_accuracy")
+  names = list(NOISE_BASE_ARMS) + [_noise_method(x) for x in study.noise_levels]
+  points = {}
+  for name in names:
+    accuracy = _collect(results, h, seeds, name, "test_accuracy")
+    gains = [
+      None if a is None or u is None else 100 * (a - u)
+      for a, u in zip(accuracy, uniform, strict=True)
+    ]
+    gain, half = gain_interval(gains)
+    points[name] = {
+      "auc": _nanmean(_collect(results, h, seeds, name, "score_auc")),
+      "contrast": _nanmean(_collect(results, h, seeds, name, "score_contrast")),
+      "tree_homophily": _nanmean(_collect(results, h, seeds, name, "tree_homophily")),
+      "accuracy": accuracy,
+      "gain": gain,
+      "half": half,
+    }
+  return points
+
+
+def noise_report(config, results: Mapping[str, Mapping[str, float]]) -> Report:
+  study = config.study
+  points = _noise_points(config, results)
+  rows = []
+  for name, p in points.items():
+    level = name.removeprefix("fgl_noise") if name.startswith("fgl_noise") else "-"
+    rows.append(
+      {
+        "scores": _NOISE_LABELS.get(name, "uniform" if name == "fgl_uniform" else "oracle + noise"),
+        "noise": level,
+        "edge AUC": f"{p['auc']:.3f}",
+        "same/cross score": f"{p['contrast']:.2f}",
+        "tree homophily": f"{p['tree_homophily']:.3f}",
+        "accuracy %": _accuracy_cell(p["accuracy"]),
+        "gain vs uniform (pts)": "-"
+        if name == "fgl_uniform"
+        else f"{p['gain']:+.1f} ± {p['half']:.1f}",
+      }
+    )
+  levels = [_noise_method(x) for x in study.noise_levels]
+  aucs = [points[m]["auc"] for m in levels]
+  gains = [points[m]["gain"] for m in levels]
+  h = study.noise_homophily
+  summary = {
+    "estimator_auc": points["fgl"]["auc"],
+    "agreement_auc": points["fgl_agreement"]["auc"],
+    "true_label_estimator_auc": points["fgl_true_estimator"]["auc"],
+    "estimator_gain_vs_uniform": points["fgl"]["gain"],
+    "agreement_gain_vs_uniform": points["fgl_agreement"]["gain"],
+    "true_label_estimator_gain_vs_uniform": points["fgl_true_estimator"]["gain"],
+    "break_even_auc": break_even_auc(aucs, gains),
+    "agreement_auc_on_estimator_runs": _nanmean(
+      _collect(results, h, study.seeds, "fgl", "agreement_score_auc")
+    ),
+  }
+  notes = (
+    f"FGL at h = {h:g}; gain = FGL accuracy minus FGL-uniform accuracy on the same seed, mean ± 95% "
+    f"t-interval over seeds {list(study.seeds)}; edge AUC = P(s(same-label edge) > s(cross-label "
+    "edge)) on G-hat; oracle + noise: s = p/q ** ((1 - noise) 1[same] + noise U(0, 1)), "
+    f"p/q = {config.fgl.oracle_ratio:g}."
+  )
+  figure = _noise_figure(config, points)
+  return Report(rows=rows, summary=summary, figures={"fgl_oracle_auc": figure}, notes=notes)
+
+
+def _noise_figure(config, points):
+  fig, axes = figure_grid(1, 1, panel_size=(6.5, 4.5))
+  ax = axes[0][0]
+  levels = [_noise_method(x) for x in config.study.noise_levels]
+  x = [points[m]["auc"] for m in levels]
+  y = [points[m]["gain"] for m in levels]
+  err = [points[m]["half"] for m in levels]
+  ax.errorbar(x, y, yerr=err, marker="o", capsize=3, label="oracle + noise")
+  for level, auc_value, gain in zip(config.study.noise_levels, x, y, strict=True):
+    ax.annotate(
+      f"{level:g}", (auc_value, gain), textcoords="offset points", xytext=(4, 4), fontsize=7
+    )
+  for i, name in enumerate(_NOISE_LABELS):
+    p = points[name]
+    ax.errorbar(
+      [p["auc"]], [p["gain"]], yerr=[p["half"]], marker="s^D"[i], ls="none", capsize=3,
+      color=f"C{i + 1}", label=_NOISE_LABELS[name],
+    )  # fmt: skip
+  ax.axhline(0.0, color="k", lw=0.8)
+  ax.set(
+    xlabel="edge AUC of the scores (same- vs cross-label edges of G-hat)",
+    ylabel="FGL minus FGL-uniform (test accuracy, points)",
+    title=f"score quality vs gain over uniform trees (h = {config.study.noise_homophily:g})",
+  )
+  ax.legend(fontsize=7)
+  fig.tight_layout()
+  return fig
