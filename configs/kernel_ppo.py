@@ -18,19 +18,35 @@ Variants (all on gymnax environments, the whole rollout + update loop jitted and
   study        experiments/study.py: p in {-0.2, -0.5, -1.5} on CartPole-v1 and Acrobot-v1 (NN-NPG),
                fixed vs growing n(k) for RFF-kernel NPG on both, throughput against clip-PPO;
                about 10 minutes on 2 CPU cores.
+  acrobot_mechanism  experiments/study.py: why NN-NPG's policy collapses on Acrobot-v1. NN-NPG
+               p = -0.5 with the paper's policy softmax(Q) (tau = 1) and softmax(Q / tau) for each
+               of `study.temperatures`, the released code's quirks, clip-PPO, and tau = 1 on
+               CartPole-v1; 3 seeds, 200k env steps each, Q-gap and policy entropy logged per update.
   gpu          paper scale on one accelerator: 10 seeds (the paper's count), 1M env steps per seed
                (~1000 episodes of the released code's runs are 300k), n_max = 4096, D = 1024.
 
   python experiments/train.py --config=configs/kernel_ppo.py
   python experiments/train.py --config=configs/kernel_ppo.py:rff_growing
   python experiments/study.py --config=configs/kernel_ppo.py:study --workdir=runs/kernel_ppo_study
+  python experiments/study.py --config=configs/kernel_ppo.py:acrobot_mechanism \
+    --workdir=runs/kernel_ppo_acrobot
 """
 
 import ml_collections
 
 from configs import common
 
-VARIANTS = ("default", "nn_released", "rff", "rff_growing", "exact", "ppo", "study", "gpu")
+VARIANTS = (
+  "default",
+  "nn_released",
+  "rff",
+  "rff_growing",
+  "exact",
+  "ppo",
+  "study",
+  "acrobot_mechanism",
+  "gpu",
+)
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -69,6 +85,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.nn.shuffle = False  # the released code iterates minibatches in order
   config.nn.value_coef = 1.0  # c_v
   config.nn.entropy_coef = 0.05  # c_ent
+  config.nn.policy_temperature = (
+    1.0  # tau of pi = softmax(Q / tau); 1 = the paper's pi = softmax(Q)
+  )
   config.nn.quirk_bootstrap_current_state = False  # released code: weights Q(s', .) by pi(.|s)
   config.nn.quirk_time_limit_terminal = False  # released code: done = terminated or truncated
   config.nn.quirk_separate_old_init = False  # released code: first KL against a fresh network
@@ -94,6 +113,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
   config.eval = ml_collections.ConfigDict()
   config.eval.num_episodes = 10  # fresh episodes per seed for final_return
+  config.eval.return_window = 20  # training episodes per running mean (the released code's log)
   config.eval.throughput_repeats = 10  # timed calls of the jitted unit; the best counts
   config.eval.compare_with_ppo = True  # also time clip-PPO's unit, interleaved (same process)
 
@@ -101,6 +121,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   common.add_parallelism(config)
 
   config.study = ml_collections.ConfigDict()
+  config.study.experiment = "schedules"  # or "acrobot_mechanism" (the policy temperature study)
   config.study.envs = ("CartPole-v1", "Acrobot-v1")
   config.study.powers = (-0.2, -0.5, -1.5)
   config.study.main_power = -0.5  # the exponent of the rff arms and of the throughput comparison
@@ -110,6 +131,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.study.growing_updates_per_step = 2  # growing n(k) makes ~16x fewer updates: finer curve
   config.study.throughput_env = "CartPole-v1"
   config.study.late_fraction = 0.33  # the "late" part of training for the drawdown measure
+  config.study.mechanism_env = "Acrobot-v1"  # acrobot_mechanism: where the policy collapses
+  config.study.temperatures = (1.5, 2.0, 3.0, 10.0)  # tau of pi = softmax(Q / tau), besides 1
+  config.study.entropy_coefs = (1.0,)  # c_ent at tau = 1 (c_ent = tau: no gap-widening force)
+  config.study.reference_env = "CartPole-v1"  # where tau = 1 learns ("" to leave out)
+  config.study.reference_temperatures = (1.0, 2.0)  # tau of the reference_env arms
 
   if variant == "nn_released":
     config.nn.quirk_bootstrap_current_state = True
@@ -128,6 +154,13 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   if variant == "ppo":
     config.algorithm = "ppo"
   if variant == "study":
+    config.loop = common.loop_config(log_every=25, checkpoint_every=1000)
+  if variant == "acrobot_mechanism":
+    config.study.experiment = "acrobot_mechanism"
+    config.env_name = "Acrobot-v1"
+    config.num_seeds = 3
+    config.eval.compare_with_ppo = False
+    config.eval.throughput_repeats = 2
     config.loop = common.loop_config(log_every=25, checkpoint_every=1000)
   if variant == "gpu":
     config.num_seeds = 10

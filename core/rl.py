@@ -373,6 +373,55 @@ def npg_joint_loss(
   return loss, {"critic_loss": critic_loss, "kl": jnp.mean(kl), "entropy": entropy}
 
 
+def tempered_npg_joint_loss(
+  apply_fn: Callable,
+  params,
+  old_params,
+  batch: Transition,
+  step_size: jax.Array,
+  gamma: float,
+  value_coef: float,
+  entropy_coef: float,
+  temperature: float = 1.0,
+  bootstrap_current_state: bool = False,
+  time_limit_terminal: bool = False,
+  old_logits: jax.Array | None = None,
+) -> tuple[jax.Array, dict]:
+  """`npg_joint_loss` with the policy pi = softmax(f / tau) of the head f, which stays the critic Q.
+
+  tau (`temperature`) enters every place the policy does: <pi, Qbar>, KL(pi || pi_old) (pi_old =
+  softmax(f_old / tau)), the entropy bonus and the weights of Qbar(s', .) in the TD target; the
+  critic term Q(s, a) = f(s, a) is unchanged. tau = 1 builds exactly the graph of `npg_joint_loss`
+  (the released code's pi = softmax(Q)); `old_logits` are pi_old's raw head outputs f_old.
+  """
+  rows = batch.obs.shape[0]
+  both = apply_fn(params, jnp.concatenate([batch.obs, batch.next_obs]))
+  q, next_q = both[:rows], jax.lax.stop_gradient(both[rows:])
+  if old_logits is None:
+    old_logits = apply_fn(old_params, batch.obs)
+  tempered = (lambda f: f) if temperature == 1.0 else (lambda f: f / temperature)
+  logits = tempered(q)
+  q_bar = jax.lax.stop_gradient(q)
+  probs = jax.nn.softmax(logits)
+  kl = categorical_kl(logits, tempered(old_logits))
+  policy_loss = -jnp.mean(jnp.sum(probs * q_bar, -1) - kl / step_size)
+  bootstrap_logits = jax.lax.stop_gradient(logits) if bootstrap_current_state else tempered(next_q)
+  next_value = jnp.sum(jax.nn.softmax(bootstrap_logits) * next_q, -1)
+  terminal = batch.done if time_limit_terminal else batch.terminated
+  target = batch.reward + gamma * (1.0 - terminal) * next_value
+  q_taken = jnp.take_along_axis(q, batch.action[:, None], -1)[:, 0]
+  critic_loss = jnp.mean((q_taken - target) ** 2)
+  entropy = jnp.mean(categorical_entropy(logits))
+  loss = policy_loss + value_coef * critic_loss - entropy_coef * entropy
+  return loss, {"critic_loss": critic_loss, "kl": jnp.mean(kl), "entropy": entropy}
+
+
+def q_gap(q: jax.Array) -> jax.Array:
+  """Mean over rows of max_a Q(s, a) - min_a Q(s, a): the spread that softmax(Q / tau) sees, in units
+  of tau."""
+  return jnp.mean(jnp.max(q, -1) - jnp.min(q, -1))
+
+
 def actor_critic_ppo_loss(
   apply_fn: Callable,
   params,

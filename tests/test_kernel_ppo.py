@@ -14,7 +14,7 @@ from configs import kernel_ppo as kppo_config
 from core import rkhs, rl
 from experiments import loop
 from methods import kernel_ppo
-from methods.base import ConfigError
+from methods.base import ConfigError, with_changes
 
 # ---------------------------------------------------------------------------------------------------
 # Environments
@@ -488,3 +488,178 @@ def test_study_arms_and_report():
   assert summary["CartPole-v1_rff_growing_late_drawdown"] == pytest.approx(0.0)
   assert len(report.rows) == 2 * 3 + 4 + 1
   assert set(report.figures) == {"returns_vs_step_size", "fixed_vs_growing_n"}
+
+
+# ---------------------------------------------------------------------------------------------------
+# Policy temperature and the Acrobot mechanism study
+# ---------------------------------------------------------------------------------------------------
+
+
+def _npg_batch(rng, rows=16, obs_dim=4, actions=3):
+  return rl.Transition(
+    obs=jnp.asarray(rng.normal(size=(rows, obs_dim)), jnp.float32),
+    action=jnp.asarray(rng.integers(0, actions, rows)),
+    reward=jnp.asarray(rng.normal(size=rows), jnp.float32),
+    next_obs=jnp.asarray(rng.normal(size=(rows, obs_dim)), jnp.float32),
+    terminated=jnp.asarray(rng.random(rows) < 0.2),
+    truncated=jnp.asarray(rng.random(rows) < 0.1),
+    episode_return=jnp.zeros(rows),
+    extras={},
+  )
+
+
+@pytest.mark.parametrize("quirks", [False, True])
+def test_tempered_loss_at_tau_one_is_the_released_loss_bit_for_bit(quirks):
+  rng = np.random.default_rng(11)
+  net = rl.DiscreteMLP(hidden=(16,), num_outputs=3)
+  params = net.init(jax.random.PRNGKey(0), jnp.zeros((1, 4)))
+  old_params = net.init(jax.random.PRNGKey(1), jnp.zeros((1, 4)))
+  batch = _npg_batch(rng)
+  args = (net.apply, params, old_params, batch, 0.5, 0.99, 1.0, 0.05)
+  released = jax.jit(
+    jax.value_and_grad(lambda p: rl.npg_joint_loss(*args[:1], p, *args[2:], quirks, quirks)[0])
+  )
+  tempered = jax.jit(
+    jax.value_and_grad(
+      lambda p: rl.tempered_npg_joint_loss(*args[:1], p, *args[2:], 1.0, quirks, quirks)[0]
+    )
+  )
+  chex.assert_trees_all_equal(tempered(params), released(params))
+
+
+def test_tempered_policy_term_is_softmax_of_q_over_tau():
+  """With c_v = c_ent = 0 the loss is -E[<softmax(f / tau), f> - KL(. || softmax(f_old / tau)) / Delta]."""
+  rng = np.random.default_rng(12)
+  net = rl.DiscreteMLP(hidden=(16,), num_outputs=3)
+  params = net.init(jax.random.PRNGKey(0), jnp.zeros((1, 4)))
+  old_params = net.init(jax.random.PRNGKey(1), jnp.zeros((1, 4)))
+  batch, tau, delta = _npg_batch(rng), 2.5, 0.7
+  loss, aux = rl.tempered_npg_joint_loss(
+    net.apply, params, old_params, batch, delta, 0.99, 0.0, 0.0, tau
+  )
+  f, f_old = net.apply(params, batch.obs), net.apply(old_params, batch.obs)
+  pi, log_pi, log_old = (
+    jax.nn.softmax(f / tau),
+    jax.nn.log_softmax(f / tau),
+    jax.nn.log_softmax(f_old / tau),
+  )
+  kl = jnp.sum(pi * (log_pi - log_old), -1)
+  np.testing.assert_allclose(loss, -jnp.mean(jnp.sum(pi * f, -1) - kl / delta), rtol=1e-5)
+  np.testing.assert_allclose(aux["entropy"], jnp.mean(-jnp.sum(pi * log_pi, -1)), rtol=1e-5)
+
+
+def test_policy_temperature_one_is_the_papers_policy_and_entropy_rises_with_tau():
+  config = tiny_config(env_name="Acrobot-v1")
+  prob = kernel_ppo.problem(config)
+  params = kernel_ppo.network(config, prob).init(jax.random.key(0), jnp.zeros((prob.spec.obs_dim,)))
+  agent = {"params": jax.tree.map(lambda w: 3.0 * w, params)}  # a peaked head
+  obs = jax.random.normal(jax.random.key(3), (64, prob.spec.obs_dim))
+  q = kernel_ppo.network(config, prob).apply(agent["params"], obs)
+  np.testing.assert_array_equal(kernel_ppo.policy_logits(config, prob, agent, obs), q)
+  entropies = []
+  for tau in (0.5, 1.0, 2.0, 5.0, 1000.0):
+    logits = kernel_ppo.policy_logits(
+      with_changes(config, nn__policy_temperature=tau), prob, agent, obs
+    )
+    entropies.append(float(jnp.mean(rl.categorical_entropy(logits))))
+  assert np.all(np.diff(entropies) > 0), entropies
+  assert entropies[-1] == pytest.approx(math.log(3), rel=1e-2)
+  assert float(rl.q_gap(q)) == pytest.approx(float(jnp.mean(q.max(-1) - q.min(-1))))
+
+
+@pytest.mark.slow
+def test_nn_npg_update_at_tau_one_is_the_released_update():
+  """The update with the tempered loss at tau = 1 gives the parameters the released loss gives."""
+  config = tiny_config()
+  prob = kernel_ppo.problem(config)
+  seed_state = _seed_state(config, prob)
+  _, transitions, valid, _ = kernel_ppo.collect(config, prob, seed_state, 1, jax.random.key(1))
+  agent, apply_fn = seed_state["agent"], kernel_ppo.network(config, prob).apply
+  new_agent, info = jax.jit(
+    lambda a: kernel_ppo.nn_npg_update(config, prob, a, transitions, valid, 0.5, jax.random.key(2))
+  )(agent)
+
+  def released_loss(params, indices):
+    batch = jax.tree.map(lambda x: x[indices], transitions)
+    return rl.npg_joint_loss(apply_fn, params, agent["old_params"], batch, 0.5, 0.99, 1.0, 0.05)
+
+  params, *_ = jax.jit(
+    lambda a: kernel_ppo.epochs_of_minibatches(
+      config, released_loss, a["params"], a["opt_state"], 32, jax.random.key(2)
+    )
+  )(agent)
+  chex.assert_trees_all_equal(new_agent["params"], params)
+  q = apply_fn(agent["params"], transitions.obs)
+  np.testing.assert_allclose(info["q_gap"], rl.q_gap(q), rtol=1e-6)
+  np.testing.assert_allclose(info["policy_entropy"], jnp.mean(rl.categorical_entropy(q)), rtol=1e-6)
+
+
+def test_windowed_returns_average_the_last_window_of_episodes():
+  return_sum = np.array([0.0, -10.0, -30.0, 0.0, -20.0])  # per update
+  episodes = np.array([0, 1, 2, 0, 1])
+  out = kernel_ppo.windowed_returns(return_sum, episodes, 2)
+  np.testing.assert_allclose(out, [-np.inf, -np.inf, -15.0, -15.0, -50 / 3])  # whole updates
+  assert np.all(kernel_ppo.windowed_returns(return_sum, episodes, 5) == -np.inf)
+
+
+@pytest.mark.parametrize(
+  "fields, message",
+  [
+    ({"nn__policy_temperature": 0.0}, "config.nn.policy_temperature: must be a positive"),
+    ({"nn__policy_temperature": 2.0, "algorithm": "ppo"}, "config.nn.policy_temperature: tempers"),
+    ({"study__experiment": "tau"}, "config.study.experiment: must be one of"),
+    ({"eval__return_window": 0}, "config.eval.return_window"),
+  ],
+)
+def test_bad_temperature_fields_are_named(fields, message):
+  with pytest.raises(ConfigError, match=message):
+    kernel_ppo.validate(tiny_config(**fields))
+
+
+def _fake_mechanism_arm(final, entropy, q_gap=None):
+  arm = _fake_arm(final, [final - 50.0, final])
+  arm.update(
+    {
+      "window_return_best_per_seed": [final + 10.0, final + 20.0],
+      "window_return_last_mean": final,
+      "final_policy_entropy": entropy,
+      "final_policy_entropy_per_seed": [entropy / 2, entropy * 1.5],
+      "diag/env_steps": [100.0, 200.0],
+      "diag/policy_entropy_mean": [1.0, entropy],
+      "diag/policy_entropy_std": [0.0, 0.0],
+    }
+  )
+  if q_gap is not None:
+    arm.update(
+      {"final_q_gap": q_gap, "diag/q_gap_mean": [1.0, q_gap], "diag/q_gap_std": [0.0, 0.0]}
+    )
+  return arm
+
+
+def test_acrobot_mechanism_arms_and_report():
+  config = kppo_config.get_config("acrobot_mechanism")
+  arms = kernel_ppo.study_arms(config)
+  names = [name for name, _ in arms]
+  taus = [f"nn_npg_Acrobot-v1_tau{t:g}" for t in (1.0, *config.study.temperatures)]
+  assert names == taus + [
+    "nn_npg_Acrobot-v1_tau1_ent1",
+    "nn_released_Acrobot-v1_tau1",
+    "ppo_Acrobot-v1",
+    "nn_npg_CartPole-v1_tau1",
+    "nn_npg_CartPole-v1_tau2",
+  ]
+  by_name = dict(arms)
+  assert by_name["nn_npg_Acrobot-v1_tau10"].nn.policy_temperature == 10.0
+  assert by_name["nn_released_Acrobot-v1_tau1"].nn.quirk_bootstrap_current_state
+  assert by_name["nn_npg_Acrobot-v1_tau1_ent1"].nn.entropy_coef == 1.0
+  assert all(c.schedule.power == -0.5 and c.num_seeds == 3 for c in by_name.values())
+  results = {name: _fake_mechanism_arm(-500.0, 0.01, 50.0) for name in names}
+  results["ppo_Acrobot-v1"] = _fake_mechanism_arm(-90.0, 0.3)
+  report = kernel_ppo.report(config, results)
+  rows = {row["arm"]: row for row in report.rows}
+  assert rows["ppo_Acrobot-v1"]["final_q_gap"] is None and rows["ppo_Acrobot-v1"]["tau"] is None
+  assert rows["nn_npg_Acrobot-v1_tau1"]["best_window_return_per_seed"] == "-490 / -480"
+  assert rows["nn_npg_Acrobot-v1_tau1"]["final_policy_entropy_min_seed"] == pytest.approx(0.005)
+  assert report.summary["ppo_Acrobot-v1_final_return_mean"] == -90.0
+  assert "ppo_Acrobot-v1_final_q_gap" not in report.summary
+  assert set(report.figures) == {"acrobot"}

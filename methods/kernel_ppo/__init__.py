@@ -14,7 +14,9 @@ rollout-and-update loop is one jitted function `vmap`ped over `num_seeds` seeds.
              MLP f_theta gives logits and Q; per update T epochs of Adam on -E[<pi_theta, Qbar>]
              + (1/Delta_k) KL(pi_theta || pi_old) + c_v TD-MSE - c_ent H (`core.rl.npg_joint_loss`).
              The TD target weights Q(s', .) with pi(.|s'); `nn.quirk_bootstrap_current_state`
-             restores the released code's pi(.|s).
+             restores the released code's pi(.|s). `nn.policy_temperature` tau != 1 (an option,
+             off by default) makes the policy softmax(Q / tau) (`core.rl.tempered_npg_joint_loss`);
+             each update logs the Q-gap max_a Q - min_a Q and the policy entropy on its batch.
   rff_npg    (B) the RKHS algorithm (Alg. 1) with random Fourier features of
              K((s,a),(s',a')) = k_RBF(s,s') 1[a=a']: T kernel-TD iterations on theta (primal form of
              the paper's RKHS functional-gradient iteration, Alg. 1 (ii); `core.rkhs.feature_td_critic`),
@@ -29,8 +31,9 @@ rollout-and-update loop is one jitted function `vmap`ped over `num_seeds` seeds.
              minibatches: the throughput and return baseline.
 
 Layout: `phases.py` (problem sizes, policies, the four updates, the vmapped unit, evaluation),
-`study.py` (arms, report, figures); environment and agent maths in `core/rl.py`, kernels and kernel
-TD in `core/rkhs.py`; this file validates the config.
+`study.py` (arms, report, figures), `mechanism.py` (the Acrobot study of the policy's collapse and
+the policy temperature); environment and agent maths in `core/rl.py`, kernels and kernel TD in
+`core/rkhs.py`; this file validates the config.
 
 Choices where the paper is open (each a config field):
 * One environment per seed, collected continuously across episode ends (the released code's
@@ -67,12 +70,14 @@ from methods.kernel_ppo.phases import (
   baseline_config,
   collect,
   curve_of,
+  epochs_of_minibatches,
   evaluate,
   exact_critic,
   exact_npg_update,
   group_results,
   growth_of,
   init_state,
+  network,
   nn_npg_update,
   phases,
   policy_logits,
@@ -84,8 +89,9 @@ from methods.kernel_ppo.phases import (
   step_size,
   td_inputs,
   train_step,
+  windowed_returns,
 )
-from methods.kernel_ppo.study import best_of, late_drawdown, report, study_arms
+from methods.kernel_ppo.study import EXPERIMENTS, best_of, late_drawdown, report, study_arms
 
 __all__ = [
   "ALGORITHMS",
@@ -99,6 +105,7 @@ __all__ = [
   "best_of",
   "collect",
   "curve_of",
+  "epochs_of_minibatches",
   "evaluate",
   "exact_critic",
   "exact_npg_update",
@@ -106,6 +113,7 @@ __all__ = [
   "growth_of",
   "init_state",
   "late_drawdown",
+  "network",
   "nn_npg_update",
   "phases",
   "policy_logits",
@@ -120,6 +128,7 @@ __all__ = [
   "td_inputs",
   "train_step",
   "validate",
+  "windowed_returns",
 ]
 
 MAX_EXACT_BATCH = 4096  # dense n x n Gram per update
@@ -128,6 +137,7 @@ MAX_EXACT_SUPPORT = 262_144  # kernel-expansion rows the exact policy may hold
 
 def validate(config: ml_collections.ConfigDict) -> None:
   require_choice(config, "algorithm", ALGORITHMS)
+  require_choice(config, "study.experiment", EXPERIMENTS)
   require_choice(config, "env_name", rl.ENVIRONMENTS)
   for field in (
     "num_seeds",
@@ -139,9 +149,11 @@ def validate(config: ml_collections.ConfigDict) -> None:
     "nn.minibatch_size",
     "eval.num_episodes",
     "eval.throughput_repeats",
+    "eval.return_window",
   ):
     require_positive_int(config, field)
   require(0.0 < config.gamma < 1.0, "gamma", f"must be in (0, 1), got {config.gamma}")
+  _validate_temperature(config)
   _validate_schedule(config)
   _validate_sampling(config)
   if config.algorithm in ("nn_npg", "ppo"):
@@ -168,6 +180,20 @@ def validate(config: ml_collections.ConfigDict) -> None:
       f"the exact kernel policy would hold {prob.support} points (max {MAX_EXACT_SUPPORT}); "
       "lower env_steps or use algorithm = rff_npg",
     )
+
+
+def _validate_temperature(config) -> None:
+  tau = config.nn.policy_temperature
+  require(
+    isinstance(tau, int | float) and tau > 0,
+    "nn.policy_temperature",
+    f"must be a positive number, got {tau!r}",
+  )
+  require(
+    tau == 1.0 or config.algorithm == "nn_npg",
+    "nn.policy_temperature",
+    f"tempers NN-NPG's policy softmax(Q / tau) only; set it to 1 for {config.algorithm!r}",
+  )
 
 
 def _validate_schedule(config) -> None:

@@ -93,7 +93,9 @@ def scaled(config, prob: Problem, obs: jax.Array) -> jax.Array:
 def policy_logits(config, prob: Problem, agent, obs: jax.Array) -> jax.Array:
   """Logits of pi_k at `obs (..., d)`: the MLP, phi(s)^T Theta_k, or the kernel expansion."""
   algorithm, num_actions = config.algorithm, prob.spec.num_actions
-  if algorithm in ("nn_npg", "ppo"):
+  if algorithm == "nn_npg":
+    return tempered(config, network(config, prob).apply(agent["params"], obs))
+  if algorithm == "ppo":
     return network(config, prob).apply(agent["params"], obs)[..., :num_actions]
   x = scaled(config, prob, obs)
   if algorithm == "rff_npg":
@@ -105,6 +107,13 @@ def policy_logits(config, prob: Problem, agent, obs: jax.Array) -> jax.Array:
 # ---------------------------------------------------------------------------------------------------
 # (A) NN-NPG (the released code's loss) and clip-PPO with GAE; the losses are in `core.rl`
 # ---------------------------------------------------------------------------------------------------
+
+
+def tempered(config, q: jax.Array) -> jax.Array:
+  """NN-NPG's policy logits f / tau of its head f = Q (`nn.policy_temperature`; tau = 1 is the
+  released code's pi = softmax(Q) and leaves f untouched)."""
+  tau = config.nn.policy_temperature
+  return q if tau == 1.0 else q / tau
 
 
 def optimizer(config) -> optax.GradientTransformation:
@@ -133,10 +142,14 @@ def nn_npg_update(config, prob: Problem, agent, transitions, valid, delta, rng):
   del valid  # fixed n: every row is filled
   apply_fn, nn_config = network(config, prob).apply, config.nn
   old_logits = apply_fn(agent["old_params"], transitions.obs)  # pi_old is fixed for the update
+  diagnostics = {
+    "q_gap": rl.q_gap(old_logits),
+    "policy_entropy": jnp.mean(rl.categorical_entropy(tempered(config, old_logits))),
+  }
 
   def loss_fn(params, indices):
     batch = jax.tree.map(lambda x: x[indices], transitions)
-    return rl.npg_joint_loss(
+    return rl.tempered_npg_joint_loss(
       apply_fn,
       params,
       agent["old_params"],
@@ -145,6 +158,7 @@ def nn_npg_update(config, prob: Problem, agent, transitions, valid, delta, rng):
       config.gamma,
       nn_config.value_coef,
       nn_config.entropy_coef,
+      nn_config.policy_temperature,
       nn_config.quirk_bootstrap_current_state,
       nn_config.quirk_time_limit_terminal,
       old_logits=old_logits[indices],
@@ -155,7 +169,7 @@ def nn_npg_update(config, prob: Problem, agent, transitions, valid, delta, rng):
     config, loss_fn, agent["params"], agent["opt_state"], rows, rng
   )
   agent = {"params": params, "old_params": params, "opt_state": opt_state}
-  return agent, {"loss": loss, "step_size": delta, **aux}
+  return agent, {"loss": loss, "step_size": delta, **aux, **diagnostics}
 
 
 def ppo_update(config, prob: Problem, agent, transitions, valid, delta, rng):
@@ -191,7 +205,9 @@ def ppo_update(config, prob: Problem, agent, transitions, valid, delta, rng):
   params, opt_state, loss, aux = epochs_of_minibatches(
     config, loss_fn, params, agent["opt_state"], transitions.reward.shape[0], rng
   )
-  return {"params": params, "opt_state": opt_state}, {"loss": loss, "step_size": 0.0, **aux}
+  # the policy entropy of the update's minibatch steps (no extra forward pass over the batch)
+  info = {"loss": loss, "step_size": 0.0, **aux, "policy_entropy": aux["entropy"]}
+  return {"params": params, "opt_state": opt_state}, info
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -314,6 +330,19 @@ def init_agent(config, prob: Problem, rng) -> dict:
   return {"expansion": rkhs.empty_expansion(prob.support, dim, num_actions)}
 
 
+def trace_names(config) -> tuple[str, ...]:
+  """What each member keeps per update k: the sum and count of the training episodes that ended in
+  it and, for NN-NPG and clip-PPO, the policy entropy on its batch (NN-NPG: with pi_k before the
+  update, and the Q-gap `core.rl.q_gap` of its head; clip-PPO: mean over the update's minibatch
+  steps)."""
+  names = ("return_sum", "episodes")
+  if config.algorithm == "nn_npg":
+    return names + ("policy_entropy", "q_gap")
+  if config.algorithm == "ppo":
+    return names + ("policy_entropy",)
+  return names
+
+
 def init_seed(config, prob: Problem, rng, power) -> dict:
   env_rng, agent_rng = jax.random.split(rng)
   return {
@@ -326,6 +355,7 @@ def init_seed(config, prob: Problem, rng, power) -> dict:
     "last_return": jnp.full((), jnp.nan, jnp.float32),  # NaN until an episode has ended
     "curve": jnp.full((prob.num_steps,), jnp.nan, jnp.float32),  # mean training return per step
     "curve_env_steps": jnp.zeros((prob.num_steps,), jnp.int32),
+    "trace": {name: jnp.zeros((prob.num_updates,), jnp.float32) for name in trace_names(config)},
   }
 
 
@@ -379,8 +409,14 @@ def seed_chunk(config, prob: Problem, seed_state, rng):
     episodes > 0, jnp.sum(info["return_sum"]) / jnp.maximum(episodes, 1), seed_state["last_return"]
   )
   index = jnp.minimum(seed_state["loop_step"], prob.num_steps - 1)
+  first_update = (index * config.updates_per_step,)
+  trace = {
+    name: jax.lax.dynamic_update_slice(values, info[name].astype(jnp.float32), first_update)
+    for name, values in seed_state["trace"].items()
+  }
   seed_state = {
     **seed_state,
+    "trace": trace,
     "last_return": mean_return,
     "loop_step": seed_state["loop_step"] + 1,
     "curve": seed_state["curve"].at[index].set(mean_return),
@@ -500,6 +536,50 @@ def group_results(curve, curve_steps, returns, prefix: str) -> dict[str, Any]:
   return results
 
 
+def windowed_returns(return_sum, episodes, window: int) -> np.ndarray:
+  """`(updates,)`: after each update, the mean return of the last >= `window` training episodes
+  (whole updates back; the released code logs a 20-episode running mean), -inf until `window`
+  episodes have ended. `return_sum`, `episodes`: per update, as in the member's trace."""
+  sums = np.concatenate([[0.0], np.cumsum(np.asarray(return_sum, np.float64))])
+  counts = np.concatenate([[0.0], np.cumsum(np.asarray(episodes, np.float64))])
+  start = (
+    np.searchsorted(counts, counts[1:] - window, side="right") - 1
+  )  # latest start with >= window
+  safe = np.maximum(start, 0)
+  spanned = counts[1:] - counts[safe]
+  means = (sums[1:] - sums[safe]) / np.maximum(spanned, 1.0)
+  return np.where((start >= 0) & (spanned >= window), means, -np.inf)
+
+
+def trace_results(config, trace: Mapping[str, np.ndarray], curve_steps, prefix: str) -> dict:
+  """One exponent's seeds' traces (`name -> (seeds, updates)`): per seed the best and the last
+  `eval.return_window`-episode training mean (`windowed_returns`); per diagnostic (policy entropy,
+  Q-gap) its mean over each loop step's updates, mean and std over seeds, against env steps, and
+  its value in the last loop step (per seed and mean)."""
+  running = np.stack(
+    [
+      windowed_returns(s, c, config.eval.return_window)
+      for s, c in zip(trace["return_sum"], trace["episodes"], strict=True)
+    ]
+  )
+  best, last = running.max(axis=1), running[:, -1]
+  results = {
+    f"{prefix}window_return_best_per_seed": best,
+    f"{prefix}window_return_best_mean": float(best.mean()),
+    f"{prefix}window_return_last_per_seed": last,
+    f"{prefix}window_return_last_mean": float(last.mean()),
+    f"{prefix}diag/env_steps": np.asarray(curve_steps),
+  }
+  for name in set(trace) - {"return_sum", "episodes"}:
+    values = np.asarray(trace[name])
+    per_step = values.reshape(values.shape[0], -1, config.updates_per_step).mean(axis=-1)
+    results[f"{prefix}diag/{name}_mean"] = per_step.mean(axis=0)
+    results[f"{prefix}diag/{name}_std"] = per_step.std(axis=0)
+    results[f"{prefix}final_{name}_per_seed"] = per_step[:, -1]
+    results[f"{prefix}final_{name}"] = float(per_step[:, -1].mean())
+  return results
+
+
 def power_prefix(config, power: float) -> str:
   """Result-key prefix of an exponent: none for `schedule.power`, `p<power>/` for extra ones."""
   return "" if power == config.schedule.power else f"p{power:g}/"
@@ -520,6 +600,8 @@ def evaluate(config, state, rng) -> dict[str, float]:
     rows = slice(index * config.num_seeds, (index + 1) * config.num_seeds)
     prefix = power_prefix(config, power)
     results.update(group_results(curve[rows], curve_steps, returns[rows], prefix))
+    trace = {name: np.asarray(values)[rows] for name, values in state["trace"].items()}
+    results.update(trace_results(config, trace, curve_steps, prefix))
   return results
 
 
@@ -551,7 +633,33 @@ def curve_figure(config, state, rng) -> dict[str, Any]:
   ax.set_xlabel("environment steps per seed (thousands)")
   ax.set_ylabel("training return")
   ax.legend()
-  return {"returns": fig}
+  figures = {"returns": fig}
+  diagnostics = [name for name in ("policy_entropy", "q_gap") if name in state["trace"]]
+  if diagnostics:
+    figures["diagnostics"] = diagnostics_figure(config, state, steps, diagnostics)
+  return figures
+
+
+def diagnostics_figure(config, state, steps, names):
+  """Per diagnostic, its per-loop-step mean (+- std over seeds) of each exponent."""
+  fig, axes = figure_grid(1, len(names))
+  for ax, name in zip(axes[0], names, strict=True):
+    values = np.asarray(state["trace"][name])
+    per_step = values.reshape(values.shape[0], -1, config.updates_per_step).mean(axis=-1)
+    for index, power in enumerate(powers(config)):
+      rows = per_step[index * config.num_seeds : (index + 1) * config.num_seeds]
+      band(ax, steps, rows.mean(0), rows.std(0), f"Delta_k ~ k^{power:g}")
+    ax.set_title(f"{name}, {config.algorithm}, {config.env_name}, tau = {temperature_of(config):g}")
+    ax.set_xlabel("environment steps per seed (thousands)")
+    ax.set_yscale("log" if name == "policy_entropy" else "linear")
+    ax.legend()
+  fig.tight_layout()
+  return fig
+
+
+def temperature_of(config) -> float:
+  """The policy temperature tau in force: `nn.policy_temperature` for NN-NPG, 1 otherwise."""
+  return config.nn.policy_temperature if config.algorithm == "nn_npg" else 1.0
 
 
 def phases(config: ml_collections.ConfigDict) -> list[Phase]:

@@ -1,6 +1,7 @@
-"""Kernel PPO's study: the step-size exponents of NN-NPG on each environment, fixed vs growing n(k)
-for RFF-kernel NPG, and the throughput of TD-NPG against clip-PPO; the report's table, summary and
-figures (learning curves)."""
+"""Kernel PPO's studies. `study.experiment = "schedules"`: the step-size exponents of NN-NPG on each
+environment, fixed vs growing n(k) for RFF-kernel NPG, and the throughput of TD-NPG against clip-PPO;
+the report's table, summary and figures (learning curves). `"acrobot_mechanism"`: the policy
+temperature experiment of `methods/kernel_ppo/mechanism.py`."""
 
 from __future__ import annotations
 
@@ -11,14 +12,20 @@ import numpy as np
 
 from experiments.reports import figure_grid
 from methods.base import Report, with_changes
+from methods.kernel_ppo.mechanism import mechanism_arms, mechanism_report
 from methods.kernel_ppo.phases import band, curve_of
+
+EXPERIMENTS = ("schedules", "acrobot_mechanism")
 
 
 def study_arms(config: ml_collections.ConfigDict):
   """(1) nn_npg on each of `study.envs` with every exponent of `study.powers` in one run (vmapped
   over exponent x seed; `study.main_power` first); (2) rff_npg at `study.main_power` with fixed n
   and with n(k) growing at `study.sampling_growth` on each of `study.sampling_envs`; (3) clip-PPO on
-  `study.throughput_env`, whose throughput is compared with nn_npg's there."""
+  `study.throughput_env`, whose throughput is compared with nn_npg's there. With
+  `study.experiment = "acrobot_mechanism"`, the arms of `mechanism.mechanism_arms` instead."""
+  if config.study.experiment == "acrobot_mechanism":
+    return mechanism_arms(config)
   study, arms = config.study, []
   extra = tuple(p for p in study.powers if p != study.main_power)
   for env_name in study.envs:
@@ -97,7 +104,10 @@ def _row(arm: str, power, r: Mapping[str, float], prefix: str, fraction: float) 
 
 def report(config, results: Mapping[str, Mapping[str, float]]) -> Report:
   """Table per (arm, exponent); summary: best exponent per environment, fixed vs growing n(k),
-  throughput ratio TD-NPG / clip-PPO; figures: learning curves."""
+  throughput ratio TD-NPG / clip-PPO; figures: learning curves. (`mechanism.mechanism_report` for
+  `study.experiment = "acrobot_mechanism"`.)"""
+  if config.study.experiment == "acrobot_mechanism":
+    return mechanism_report(config, results)
   study, fraction = config.study, config.study.late_fraction
   main = study.main_power
   rows, summary = [], {}
