@@ -7,7 +7,10 @@ the uncached output, far above taking fewer steps at the same compute.
 Variants:
   default   trains a 6-block video DiT (8 frames of 16x16, ~0.3M parameters) with rectified flow on
             moving-shape videos for a few CPU minutes, then runs the cache arms (30 Euler steps).
-  study     the same model; the cache phase sweeps delta x R and writes the table and figures.
+  study     the same model; the cache phase sweeps delta x R x warm-up W (0, 6), uniform step
+            reduction at every step count from 12 to 29 and the open readings of the rule at delta
+            0.25, R 3, each over 4 noise batches of 16 videos, and writes the frontier table and
+            figures (PSNR / SSIM against computed steps and against measured wall time).
   study_ddim  the study on the same DiT trained as a DDPM (eps prediction, linear betas) and sampled
             with deterministic DDIM over 30 steps: the Latte setting at CPU scale.
   gpu       Latte-XL/2 (Latte's alternating spatial/temporal DiT: hidden 1152, 28 blocks, 16 heads,
@@ -91,12 +94,23 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.cache.delta = 0.05
   config.cache.reuse = 3  # headline R (10% of 30 steps)
   config.cache.protect_tail = True
+  # Readings the paper leaves open (core/block_cache.py); the defaults are the paper's text as written.
+  config.cache.tail_of = "remaining"  # "remaining" (after the 1st trigger) | "all" | "each_trigger"
+  config.cache.tail_fraction = 0.5  # share of those steps always computed ("the second half")
+  config.cache.warmup = 0  # W: no reuse before step W
+  config.cache.indicator_reference = "last_computed"  # or "adjacent" (Eq. 6 literally)
   config.cache.reevaluate = True
   config.cache.indicator_blocks = ()  # () = all blocks
   config.cache.reuse_mode = "output"  # "output" (paper) | "residual" (TeaCache-like)
   config.cache.teacache_threshold = 0.3  # accumulated relative change of block 0's modulated input
   config.cache.deltas = (0.05,)  # grid of delta x R reported besides the headline arm
   config.cache.reuse_steps = (3,)
+  config.cache.warmups = (0,)  # the grid's warm-ups W (the headline uses cache.warmup)
+  config.cache.frontier_steps = ()  # uniform step reduction at these step counts (the frontier)
+  config.cache.seeds = 1  # noise batches of num_videos each; intervals are over them
+  config.cache.compare_readings = False  # run every reading of the rule (phases.READINGS) ...
+  config.cache.reading_delta = 0.25  # ... at the paper's most aggressive ablation threshold
+  config.cache.reading_reuse = 3  # ... and R = 10% of the steps, where the paper reports 59% reuse
   config.cache.timing_repeats = 5  # rounds of back-to-back (reference, arm) timings
 
   config.loop = common.loop_config(log_every=100, checkpoint_every=500)
@@ -108,6 +122,14 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   if variant in ("study", "study_ddim"):
     config.cache.deltas = (0.02, 0.03, 0.04, 0.05, 0.07, 0.1, 0.15)
     config.cache.reuse_steps = (1, 3, 6)
+  if variant == "study":
+    # the frontiers: uniform step reduction at every step count from 12 to 29 against BWCache with
+    # and without a warm-up, over 4 noise batches; wall time from 3 back-to-back rounds per arm
+    config.cache.frontier_steps = tuple(range(12, config.cache.num_steps))
+    config.cache.warmups = (0, 6)
+    config.cache.seeds = 4
+    config.cache.compare_readings = True
+    config.cache.timing_repeats = 3
   if variant == "gpu":
     # latents of 16 frames of 256x256 video (VAE factor 8); data.* only shapes the inputs here
     config.data.frames, config.data.size, config.data.channels = 16, 32, 4

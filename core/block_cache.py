@@ -9,6 +9,18 @@ timestep -- then the step after is computed again and the indicator re-evaluated
 recomputation). Once reuse is first triggered at step k, reuse is allowed only in the first half of the
 remaining steps; the second half is always computed (final-step protection).
 
+Readings the paper leaves open are policy fields whose defaults are the paper's text as written:
+  `warmup` W            no reuse before step W (default 0: the paper names no warm-up);
+  `tail_of`, `tail_fraction`  the protected tail: "remaining" (the last fraction of the steps left
+                        after the first trigger k, fixed at k; the paper's "second half of the
+                        remaining steps"), "all" (the last fraction of all T steps) or "each_trigger"
+                        (the "remaining" tail re-fixed at every trigger, so it shrinks as sampling
+                        goes on);
+  `indicator_reference` "last_computed" (default: Eq. 8's sequence recomputes at t-R-1 and caches again
+                        at once, so that step is compared with the last computed one, R+1 steps back)
+                        or "adjacent" (Eq. 6 literally: only a step whose predecessor was computed has
+                        an indicator, so every reuse stretch is followed by two computed steps).
+
 The sampler is one `lax.scan` over the steps of a `diffusion.Sampler` (rectified-flow Euler, or DDIM for
 an eps-predicting DDPM model; the caching logic does not depend on which) with a *scalar* `lax.cond`
 between "skip the blocks" and "compute the blocks", so skipped blocks are never executed (a batched
@@ -31,6 +43,7 @@ back-to-back timings against the reference) and `protected_tail_start` (where a 
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Callable, Mapping
@@ -44,6 +57,8 @@ from core import diffusion
 from kernels.block_cache import reference, relative_l1_update
 
 KINDS = ("none", "bwcache", "schedule", "teacache")
+TAIL_READINGS = ("remaining", "all", "each_trigger")
+INDICATOR_REFERENCES = ("last_computed", "adjacent")
 
 
 class BlockwiseModel(NamedTuple):
@@ -67,6 +82,10 @@ class CachePolicy(NamedTuple):
   delta: float = 0.15  # BWCache threshold on the mean relative L1 change (Eq. 7)
   reuse_steps: int = 3  # R: steps reused after a trigger before recomputing
   protect_tail: bool = True  # after the first trigger at k, no reuse in the last (T - k) / 2 steps
+  tail_of: str = "remaining"  # "remaining" | "all" | "each_trigger" (module docstring)
+  tail_fraction: float = 0.5  # share of those steps that is always computed
+  warmup: int = 0  # W: no reuse before step W
+  indicator_reference: str = "last_computed"  # "last_computed" | "adjacent"
   reevaluate: bool = True  # re-check the indicator after each recomputation
   indicator_blocks: tuple[int, ...] = ()  # blocks averaged in the indicator; () = all
   reuse_mode: str = "output"  # "output" (reuse h_N) | "residual" (reuse h_N - h_0)
@@ -82,6 +101,17 @@ def validate_policy(policy: CachePolicy, num_steps: int, depth: int) -> None:
     raise ValueError(f"reuse_mode must be 'output' or 'residual', got {policy.reuse_mode!r}")
   if any(not 0 <= b < depth for b in policy.indicator_blocks):
     raise ValueError(f"indicator_blocks {policy.indicator_blocks} out of range for {depth} blocks")
+  if policy.tail_of not in TAIL_READINGS:
+    raise ValueError(f"tail_of must be one of {TAIL_READINGS}, got {policy.tail_of!r}")
+  if not 0.0 <= policy.tail_fraction <= 1.0:
+    raise ValueError(f"tail_fraction must lie in [0, 1], got {policy.tail_fraction}")
+  if policy.warmup < 0:
+    raise ValueError(f"warmup must be >= 0, got {policy.warmup}")
+  if policy.indicator_reference not in INDICATOR_REFERENCES:
+    raise ValueError(
+      f"indicator_reference must be one of {INDICATOR_REFERENCES}, "
+      f"got {policy.indicator_reference!r}"
+    )
   if policy.kind == "schedule" and len(policy.schedule) != num_steps:
     raise ValueError(f"schedule has {len(policy.schedule)} entries for {num_steps} steps")
 
@@ -98,6 +128,7 @@ class _Carry(NamedTuple):
   cache: jax.Array  # h_N ("output") or h_N - h_0 ("residual")
   previous: jax.Array  # indicator blocks' outputs at the last computed step
   has_previous: jax.Array
+  previous_computed: jax.Array  # whether step j - 1 ran the blocks ("adjacent" indicator)
   reuse_left: jax.Array
   limit: jax.Array  # reuse allowed only at steps < limit
   triggered: jax.Array
@@ -134,8 +165,9 @@ def cached_sample(
     cache=jnp.zeros_like(h0),
     previous=jnp.zeros((blocks.shape[0],) + h0.shape, h0.dtype),
     has_previous=jnp.array(False),
+    previous_computed=jnp.array(False),
     reuse_left=jnp.array(0),
-    limit=jnp.array(num_steps),
+    limit=jnp.array(initial_limit(policy, num_steps)),
     triggered=jnp.array(False),
     modulated=jnp.zeros_like(h0),
     accumulated=jnp.array(0.0),
@@ -150,22 +182,24 @@ def cached_sample(
 
     def skip(_):
       h_n = h0 + carry.cache if residual else carry.cache
-      state = carry._replace(reuse_left=carry.reuse_left - 1, accumulated=accumulated)
-      return h_n, state, jnp.full((blocks.shape[0],), jnp.nan)
+      state = carry._replace(
+        reuse_left=carry.reuse_left - 1, accumulated=accumulated, previous_computed=False
+      )
+      return h_n, state, jnp.full((blocks.shape[0],), jnp.nan), jnp.nan
 
     def compute(_):
       h_n, outputs = model.run_blocks(params, h0, c)
       change, previous = relative_l1_update(outputs[blocks], carry.previous)
-      indicator = jnp.where(carry.has_previous, jnp.mean(change), jnp.nan)
+      indicator = jnp.where(_comparable(policy, carry), jnp.mean(change), jnp.nan)
       state = _after_compute(
         policy, carry, j, num_steps, indicator, h_n - h0 if residual else h_n, previous
       )
-      return h_n, state, jnp.where(carry.has_previous, change, jnp.nan)
+      return h_n, state, jnp.where(carry.has_previous, change, jnp.nan), indicator
 
-    h_n, state, change = jax.lax.cond(reuse, skip, compute, None)
+    h_n, state, change, indicator = jax.lax.cond(reuse, skip, compute, None)
     model_out = model.head(params, h_n, c)
     state = state._replace(x=sampler.step(carry.x, model_out, t, t_next), modulated=modulated)
-    trace = {"computed": ~reuse, "indicator": jnp.nanmean(change), "block_change": change}
+    trace = {"computed": ~reuse, "indicator": indicator, "block_change": change}
     return state, trace
 
   steps = (jnp.arange(num_steps), ts[:-1], ts[1:])
@@ -183,21 +217,58 @@ def _reuse_decision(policy: CachePolicy, carry: _Carry, j, schedule, accumulated
   return jnp.array(False)
 
 
+def protected_steps(fraction: float, steps_left):
+  """Steps of a tail that is `fraction` of `steps_left` (rounded up: half of 29 protects 15, as the
+  paper's k + (T - k) / 2 with integer division leaves 15 of 29 steps to compute); an int for an int
+  `steps_left`, an array for a traced one."""
+  # the small offset keeps float rounding of fraction * steps (0.2 * 25 = 5.0000001) from adding one
+  if isinstance(steps_left, int):
+    return math.ceil(fraction * steps_left - 1e-4)
+  return jnp.ceil(jnp.asarray(fraction * steps_left, jnp.float32) - 1e-4).astype(jnp.int32)
+
+
+def initial_limit(policy: CachePolicy, num_steps: int) -> int:
+  """Reuse is allowed at steps `< limit`; before any trigger only the "all" tail is known."""
+  if policy.kind == "bwcache" and policy.protect_tail and policy.tail_of == "all":
+    return num_steps - protected_steps(policy.tail_fraction, num_steps)
+  return num_steps
+
+
+def _comparable(policy: CachePolicy, carry: _Carry) -> jax.Array:
+  """Whether a computed step has an indicator: a previous computed step, and under the "adjacent"
+  reading that step must be the one just before (Eq. 6's h_{t+1})."""
+  if policy.indicator_reference == "adjacent":
+    return carry.has_previous & carry.previous_computed
+  return carry.has_previous
+
+
 def _after_compute(
   policy: CachePolicy, carry: _Carry, j, num_steps: int, indicator, cache, previous
 ) -> _Carry:
-  """State after a computed step: refresh the cache; BWCache decides whether the next R steps reuse."""
+  """State after a computed step: refresh the cache; BWCache decides whether the next R steps reuse
+  (Eqs. 7-8), subject to the warm-up and the protected tail."""
   state = carry._replace(
-    cache=cache, previous=previous, has_previous=jnp.array(True), accumulated=jnp.array(0.0)
+    cache=cache,
+    previous=previous,
+    has_previous=jnp.array(True),
+    previous_computed=jnp.array(True),
+    accumulated=jnp.array(0.0),
   )
   if policy.kind != "bwcache":
     return state
-  below = carry.has_previous & (indicator < policy.delta)
-  trigger = (below | (carry.triggered & (not policy.reevaluate))) & (j < carry.limit)
-  first = trigger & ~carry.triggered
+  below = _comparable(policy, carry) & (indicator < policy.delta)
   limit = carry.limit
-  if policy.protect_tail:
-    limit = jnp.where(first, j + (num_steps - j) // 2, carry.limit)
+  if policy.protect_tail and policy.tail_of == "each_trigger":
+    limit = num_steps - protected_steps(policy.tail_fraction, num_steps - j)
+  allowed = (j + 1 >= policy.warmup) & (j < limit)
+  trigger = (below | (carry.triggered & (not policy.reevaluate))) & allowed
+  first = trigger & ~carry.triggered
+  if policy.protect_tail and policy.tail_of == "remaining":
+    limit = jnp.where(
+      first, num_steps - protected_steps(policy.tail_fraction, num_steps - j), limit
+    )
+  elif policy.protect_tail and policy.tail_of == "each_trigger":
+    limit = jnp.where(trigger, limit, carry.limit)
   return state._replace(
     reuse_left=jnp.where(trigger, policy.reuse_steps, 0),
     limit=limit,
@@ -210,15 +281,21 @@ def _after_compute(
 # ---------------------------------------------------------------------------------------------------
 
 
-def protected_tail_start(computed: np.ndarray) -> int:
-  """The step where the protected tail of a `"bwcache"` trace begins, from its `computed` mask: the
-  first trigger k is the step before the first reused one, and the tail is the last (T - k) / 2 steps
-  (T when nothing was reused)."""
+def protected_tail_start(computed: np.ndarray, policy: CachePolicy | None = None) -> int:
+  """The step where the protected tail of a `"bwcache"` trace begins, from its `computed` mask (T when
+  nothing was reused). A trigger k is the step before a reused stretch; "remaining" protects the last
+  `tail_fraction` of the T - k steps after the first one, "each_trigger" those after the last one,
+  "all" the last `tail_fraction` of all T steps."""
+  policy = policy or CachePolicy()
+  num_steps = len(computed)
   reused = np.flatnonzero(~computed)
   if reused.size == 0:
-    return len(computed)
-  k = int(reused[0]) - 1
-  return k + (len(computed) - k) // 2
+    return num_steps
+  if policy.tail_of == "all":
+    return initial_limit(policy._replace(kind="bwcache", protect_tail=True), num_steps)
+  starts = reused[np.r_[True, np.diff(reused) > 1]]
+  k = int(starts[0 if policy.tail_of == "remaining" else -1]) - 1
+  return num_steps - protected_steps(policy.tail_fraction, num_steps - k)
 
 
 def compiled_flops(fn: Callable, *args) -> float:

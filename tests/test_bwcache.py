@@ -1,5 +1,6 @@
 """BWCache: the video DiT, the moving-shape data, rectified flow, DDPM/DDIM and the caching rules."""
 
+import importlib
 import json
 import math
 
@@ -15,6 +16,9 @@ from core.data import videos
 from core.nn.dit import VideoDiT
 from experiments import loop
 from methods import bwcache
+from methods.bwcache import study as bw_study
+
+bw_phases = importlib.import_module("methods.bwcache.phases")  # `bwcache.phases` is the function
 
 T = 12
 
@@ -218,6 +222,130 @@ def test_no_reuse_in_the_protected_tail(model_and_params, delta):
     assert reused.size > 0 and reused[0] == 2
 
 
+def _synthetic_model(depth: int = 2) -> block_cache.BlockwiseModel:
+  """Block outputs set by a table of per-step features (`params`, one value per step): every block
+  outputs `params[j]` at step j, so the indicator between steps a and b is |v_a - v_b| / |v_b|."""
+
+  def embed(params, x, t):
+    return jnp.ones((x.shape[0], 1, 1)), params[t[0].astype(jnp.int32)]
+
+  def run_blocks(params, h0, c):
+    outputs = jnp.broadcast_to(c, (depth, *h0.shape))
+    return outputs[-1], outputs
+
+  return block_cache.BlockwiseModel(
+    embed=embed,
+    run_blocks=run_blocks,
+    head=lambda params, h, c: jnp.zeros((h.shape[0], 1)),
+    modulation=lambda params, h0, c: h0,
+    depth=depth,
+  )
+
+
+def _synthetic_trace(features, **policy):
+  """The trace of the BWCache rule on a feature table; the sampler's time is the step index."""
+  steps = len(features)
+  sampler = diffusion.Sampler(
+    times=jnp.arange(steps + 1, dtype=jnp.float32), step=lambda x, out, t, t_next: x + out
+  )
+  policy = block_cache.CachePolicy(kind="bwcache", **policy)
+  _, trace = block_cache.cached_sample(
+    _synthetic_model(), jnp.asarray(features, jnp.float32), jnp.zeros((2, 1)), sampler, policy
+  )
+  return np.asarray(trace["computed"]), np.asarray(trace["indicator"])
+
+
+def _reused(computed) -> list[int]:
+  return np.flatnonzero(~computed).tolist()
+
+
+CONSTANT = np.ones(T)  # indicator 0 at every comparable step: reuse at every chance
+
+
+@pytest.mark.parametrize("warmup", [0, 5])
+def test_warmup_means_no_reuse_before_step_w(warmup):
+  computed, _ = _synthetic_trace(
+    CONSTANT, delta=0.5, reuse_steps=2, protect_tail=False, warmup=warmup
+  )
+  first = max(warmup, 2)  # step 0 has no indicator, step 1 is the earliest trigger
+  assert computed[:first].all() and not computed[first]
+  expected = [j for j in range(first, T) if (j - first) % 3 != 2]
+  assert _reused(computed) == expected
+
+
+@pytest.mark.parametrize(
+  "tail_of, fraction, reused",
+  [
+    # first trigger at k = 3 (warm-up 4): the last ceil(0.5 * 9) = 5 steps are computed
+    ("remaining", 0.5, [4, 6]),
+    ("remaining", 0.25, [4, 6, 8]),  # ceil(0.25 * 9) = 3 protected
+    ("all", 0.5, [4]),  # the last 6 of all 12 steps
+    ("all", 0.25, [4, 6, 8]),  # the last 3
+    # re-fixed at every trigger: after k = 5 the tail is ceil(3.5) = 4 steps, after 7 ceil(2.5) = 3,
+    # after 9 ceil(1.5) = 2, so step 10 can no longer reuse
+    ("each_trigger", 0.5, [4, 6, 8]),
+  ],
+)
+def test_protected_tail_readings(tail_of, fraction, reused):
+  policy = dict(tail_of=tail_of, tail_fraction=fraction, warmup=4)
+  computed, _ = _synthetic_trace(CONSTANT, delta=0.5, reuse_steps=1, **policy)
+  assert _reused(computed) == reused
+  tail = block_cache.protected_tail_start(computed, block_cache.CachePolicy(**policy))
+  assert computed[tail:].all() and tail > max(reused)
+
+
+def test_indicator_reference_adjacent_needs_a_computed_predecessor():
+  last, last_indicator = _synthetic_trace(CONSTANT, delta=0.5, reuse_steps=1, protect_tail=False)
+  adjacent, adjacent_indicator = _synthetic_trace(
+    CONSTANT, delta=0.5, reuse_steps=1, protect_tail=False, indicator_reference="adjacent"
+  )
+  # against the last computed step the step after a reuse may trigger again at once; against the
+  # adjacent step it has no indicator, so each reuse is followed by two computed steps
+  assert _reused(last) == [2, 4, 6, 8, 10]
+  assert _reused(adjacent) == [2, 5, 8, 11]
+  assert np.isfinite(last_indicator[[1, 3, 5]]).all()
+  assert np.isnan(adjacent_indicator[[0, 2, 3, 5, 6]]).all()
+  assert np.isfinite(adjacent_indicator[[1, 4, 7]]).all()
+
+
+def test_indicator_reference_changes_what_a_drift_is_compared_with():
+  # features grow 8% a step: a change of 0.08 against the adjacent step, 0.1664 across a reused one
+  drift = 1.08 ** np.arange(T)
+  last, indicator = _synthetic_trace(drift, delta=0.1, reuse_steps=1, protect_tail=False)
+  np.testing.assert_allclose(indicator[1], 0.08, rtol=1e-5)
+  np.testing.assert_allclose(indicator[3], 1.08**2 - 1, rtol=1e-5)
+  assert _reused(last) == [2, 5, 8, 11]  # the step after a reuse sees a two-step change: no trigger
+
+
+@pytest.mark.parametrize(
+  "fields, reused",
+  [
+    ({}, 10),  # the paper's text: the tail is half of the steps left after the first trigger
+    ({"indicator_reference": "adjacent"}, 9),
+    ({"tail_of": "all", "tail_fraction": 0.25}, 15),
+    ({"tail_of": "each_trigger"}, 19),  # 63%: the only tail reading that passes the paper's 59%
+    ({"tail_of": "each_trigger", "warmup": 4}, 18),
+    ({"protect_tail": False}, 21),
+  ],
+)
+def test_reuse_cap_of_each_reading_at_30_steps_and_r_3(fields, reused):
+  """The most a reading can reuse (indicator below delta at every chance) with the paper's Open-Sora
+  setting, 30 steps and R = 3 (10%), against its 59.0% reuse at delta 0.25."""
+  computed, _ = _synthetic_trace(np.ones(30), delta=0.25, reuse_steps=3, **fields)
+  assert int((~computed).sum()) == reused
+
+
+def test_bad_reading_fields_are_rejected():
+  for field, value in [
+    ("tail_of", "half"),
+    ("tail_fraction", 1.5),
+    ("warmup", -1),
+    ("indicator_reference", "previous"),
+  ]:
+    with pytest.raises(ValueError, match=field):
+      block_cache.validate_policy(block_cache.CachePolicy(**{field: value}), T, 3)
+
+
 def test_indicator_is_the_mean_relative_change_of_the_chosen_blocks(model_and_params):
   _, model, params, x = model_and_params
   _, all_blocks = _sample(model, params, x, block_cache.CachePolicy(kind="none"))
@@ -272,6 +400,77 @@ def test_ddpm_ddim_smoke_run_through_the_loop(tmp_path):
   assert results["reuse_in_protected_tail"] == 0
   report = bwcache.report(config, {"bwcache": results})
   assert "validation_eps_loss" in report.summary
+
+
+def _frontier_results(config, uniform_psnr, arms):
+  """Flat results of a study's cache phase: uniform PSNR per step count (interval +-1 dB) and
+  BWCache arms `(delta, R, W) -> (computed steps, PSNR)` (interval +-0.5 dB)."""
+  r = {
+    k: 1.0
+    for k in (
+      "psnr_vs_uncached reuse_rate speedup_wall speedup_flops step_reduction_psnr "
+      "step_reduction_ssim step_reduction_steps reuse_in_protected_tail indicator_overhead "
+      "validation_flow_loss fixed_interval_psnr fixed_interval_reuse_rate teacache_psnr "
+      "teacache_reuse_rate teacache_speedup_wall"
+    ).split()
+  }
+
+  def store(prefix, steps, psnr, half):
+    r.update(
+      {
+        f"{prefix}/computed_steps": steps,
+        f"{prefix}/psnr": psnr,
+        f"{prefix}/psnr_lo": psnr - half,
+        f"{prefix}/psnr_hi": psnr + half,
+        f"{prefix}/ssim": 0.99,
+        f"{prefix}/ssim_lo": 0.98,
+        f"{prefix}/ssim_hi": 1.0,
+        f"{prefix}/reuse_rate": 1 - steps / config.cache.num_steps,
+        f"{prefix}/wall_ratio": steps / config.cache.num_steps,
+        f"{prefix}/speedup_flops": config.cache.num_steps / steps,
+      }
+    )
+
+  for n, psnr in zip(config.cache.frontier_steps, uniform_psnr, strict=True):
+    store(f"uniform/steps_{n}", n, psnr, 1.0)
+  for (delta, reuse, warmup), (steps, psnr) in arms.items():
+    store(bw_phases.grid_key(delta, reuse, warmup), steps, psnr, 0.5)
+  return r
+
+
+def test_report_compares_each_arm_with_the_uniform_envelope_per_region():
+  config = tiny_config()
+  config.cache.update(
+    frontier_steps=(8, 9, 10, 11), deltas=(0.1, 0.2), reuse_steps=(1,), warmups=(0,)
+  )
+  # uniform is not monotone: 9 steps is worse than 8; the envelope at <= 9 steps is 8's 40 dB
+  uniform = (40.0, 35.0, 45.0, 50.0)
+  arms = {(0.1, 1, 0): (8.5, 42.0), (0.2, 1, 0): (10.0, 45.2)}
+  results = _frontier_results(config, uniform, arms)
+  report = bwcache.report(config, {"bwcache": results})
+  rows = {(row["arm"], row["delta"]): row for row in report.rows}
+  assert rows[("BWCache", 0.1)]["uniform_envelope_db"] == 40.0
+  assert rows[("BWCache", 0.1)]["verdict"] == "above"  # 41.5 > 41
+  assert rows[("BWCache", 0.2)]["uniform_envelope_db"] == 45.0
+  assert rows[("BWCache", 0.2)]["verdict"] == "overlap"
+  assert report.summary["heavy/arms_above"] == 1 and report.summary["heavy/arms_overlap"] == 1
+  assert report.summary["heavy/best_bwcache_psnr"] == 45.2
+  assert "frontier" in report.figures and "psnr_and_reuse_vs_delta" in report.figures
+  # at the full step count the reference itself is the envelope: exact, so a cache is below it
+  assert (
+    bw_study.verdict(
+      {"psnr_lo": 60.0, "psnr_hi": 61.0},
+      bw_study.envelope(bw_study.uniform_frontier(config, results), config.cache.num_steps),
+    )
+    == "below"
+  )
+
+
+def test_seed_interval():
+  mean, lo, hi = bw_phases.seed_interval([1.0, 2.0, 3.0])
+  # t(0.975, 2) = 4.303, standard error 1 / sqrt(3)
+  assert mean == 2.0 and hi - mean == pytest.approx(4.303 / math.sqrt(3), rel=1e-3)
+  assert bw_phases.seed_interval([5.0]) == (5.0, 5.0, 5.0)
 
 
 def test_bad_fields_are_named(tmp_path):

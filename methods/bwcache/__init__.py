@@ -15,8 +15,10 @@ Phases (`phases.py`):
          `core/nn/dit_convert.py`).
   cache  training-free (0 steps): samples fixed noise with the uncached sampler (the reference)
          and with every caching arm of `core/block_cache.py` -- BWCache over `config.cache.deltas` x
-         `config.cache.reuse_steps`, uniform step reduction at BWCache's number of computed steps,
-         fixed-interval reuse, a TeaCache-style indicator -- and reports fidelity against the reference
+         `config.cache.reuse_steps` x `config.cache.warmups`, uniform step reduction at BWCache's
+         number of computed steps and at every `config.cache.frontier_steps`, fixed-interval reuse, a
+         TeaCache-style indicator, the rule's open readings (`config.cache.compare_readings`), each
+         over `config.cache.seeds` noise batches -- and reports fidelity against the reference
          (PSNR/SSIM/MSE), reuse rate, block evaluations, FLOP ratio from XLA's cost analysis, measured
          wall-clock speedup of the jitted samplers, indicator overhead, the ARL1(t) curve and the
          step x block heat-map. The sampler is Euler for rectified flow and deterministic DDIM for
@@ -25,14 +27,17 @@ Phases (`phases.py`):
 The headline arm (`config.cache.delta`, `config.cache.reuse`) gives `results.json`'s `speedup_wall`,
 `speedup_flops`, `psnr_vs_uncached` and `reuse_rate`. Training is step-budgeted (not wall-time) so that
 a resumed run ends where an uninterrupted one does; the default step count fits a few CPU minutes.
-The study (`study.py`) is one run whose cache phase sweeps delta x R; its report tabulates the arms.
+The study (`study.py`) is one run whose cache phase sweeps delta x R x warm-up, uniform step reduction
+at every step count of `config.cache.frontier_steps` and the open readings of the rule, each over
+`config.cache.seeds` noise batches; its report compares the two frontiers (PSNR / SSIM against computed
+steps and against measured wall time) per region of computed steps.
 """
 
 from __future__ import annotations
 
 import ml_collections
 
-from core import diffusion
+from core import block_cache, diffusion
 from core.nn import precision
 from methods.base import Method, require, require_choice, require_file, require_positive_int
 from methods.bwcache.phases import (
@@ -102,8 +107,32 @@ def validate(config: ml_collections.ConfigDict) -> None:
     f"must index the {config.model.depth} blocks",
   )
   require(config.cache.delta >= 0, "cache.delta", "must be >= 0")
+  _validate_readings(config)
   _validate_diffusion(config)
   _validate_checkpoint(config)
+
+
+def _validate_readings(config) -> None:
+  """The rule's open readings (`core/block_cache.py`), the seeds and the frontier's step counts."""
+  c = config.cache
+  require_choice(config, "cache.tail_of", block_cache.TAIL_READINGS)
+  require_choice(config, "cache.indicator_reference", block_cache.INDICATOR_REFERENCES)
+  require(0.0 <= c.tail_fraction <= 1.0, "cache.tail_fraction", "must lie in [0, 1]")
+  for field in ("warmup", "reading_reuse"):
+    value = c[field]
+    require(isinstance(value, int) and value >= 0, f"cache.{field}", "must be an int >= 0")
+  require(
+    all(isinstance(w, int) and w >= 0 for w in c.warmups),
+    "cache.warmups",
+    "must be ints >= 0",
+  )
+  require_positive_int(config, "cache.seeds")
+  require(
+    all(isinstance(n, int) and 1 <= n <= c.num_steps for n in c.frontier_steps),
+    "cache.frontier_steps",
+    f"must be step counts in [1, cache.num_steps = {c.num_steps}]",
+  )
+  require(c.reading_delta >= 0, "cache.reading_delta", "must be >= 0")
 
 
 def _validate_diffusion(config) -> None:

@@ -207,17 +207,39 @@ def step_flops(config, params, x) -> dict[str, float]:
   return block_cache.step_flops(blockwise(config), params, x, t)
 
 
+def seed_interval(values) -> tuple[float, float, float]:
+  """Mean and 95% Student-t interval over noise seeds (the caching decision is one per batch, so a
+  seed's batch is the unit); one seed gives a zero-width interval."""
+  values = np.asarray(values, np.float64)
+  mean = float(values.mean())
+  if values.size < 2:
+    return mean, mean, mean
+  import scipy.stats
+
+  half = float(
+    scipy.stats.t.ppf(0.975, values.size - 1) * values.std(ddof=1) / np.sqrt(values.size)
+  )
+  return mean, mean - half, mean + half
+
+
 class _Arms:
-  """Runs caching arms against one reference on fixed noise and collects their metrics."""
+  """Runs caching arms against one reference per noise seed and collects their metrics.
+
+  Seed 0 is the phase's noise (the numbers of a one-seed run); seed s > 0 folds s into it. Every arm
+  samples every seed's batch with the same compiled sampler; wall time is measured on seed 0 only,
+  back to back with the uncached sampler (`block_cache.wall_speedup`)."""
 
   def __init__(self, config, params, rng):
     self.config, self.params = config, params
     self.num_steps = config.cache.num_steps
     shape = (config.cache.num_videos, *video_shape(config))
-    self.x_init = jax.random.normal(rng, shape)
+    keys = [rng] + [jax.random.fold_in(rng, s) for s in range(1, config.cache.seeds)]
+    self.x_init = [jax.random.normal(key, shape) for key in keys]
+    self.x_init0 = self.x_init[0]
     self.plain = jitted_plain_sampler(config, self.num_steps)
-    self.reference = self.plain(params, self.x_init)
-    self.flops = step_flops(config, params, self.x_init)
+    self.references = [self.plain(params, x) for x in self.x_init]
+    self.reference = self.references[0]
+    self.flops = step_flops(config, params, self.x_init0)
 
   def run(
     self,
@@ -227,44 +249,119 @@ class _Arms:
     reuse=0,
     threshold=0.0,
   ):
+    """Mean metrics over seeds, `<name>_lo` / `<name>_hi` 95% intervals for PSNR, SSIM, computed steps
+    and reuse rate, the wall speedup and wall-time ratio, and seed 0's trace."""
     steps = num_steps or self.num_steps
     fn = jitted_sampler(self.config, policy, steps)
-    args = (self.params, self.x_init, jnp.float32(delta), jnp.int32(reuse), jnp.float32(threshold))
-    x, trace = fn(*args)
+    args = (self.params, None, jnp.float32(delta), jnp.int32(reuse), jnp.float32(threshold))
+    return self._measure(fn, args, steps, lambda out: out)
+
+  def run_uniform(self, num_steps: int):
+    """Uniform step reduction: the plain sampler (no indicator) over `num_steps` steps."""
+    fn = jitted_plain_sampler(self.config, num_steps)
+    trace = {"computed": np.ones(num_steps, bool)}
+    metrics, _ = self._measure(fn, (self.params, None), num_steps, lambda x: (x, trace))
+    metrics["speedup_flops"] = self.num_steps / num_steps  # no indicator to pay
+    return metrics
+
+  def _measure(self, fn, args, steps: int, unpack):
+    """`args[1]` is the noise slot, filled per seed."""
+    per_seed, traces = [], []
+    for x_init, reference in zip(self.x_init, self.references, strict=True):
+      x, trace = unpack(fn(args[0], x_init, *args[2:]))
+      computed = np.asarray(trace["computed"])
+      per_seed.append(
+        {
+          **image_metrics.fidelity(x, reference, DATA_RANGE),
+          "computed_steps": float(computed.sum()),
+          "reuse_rate": float((~computed).sum()) / steps,
+          "speedup_flops": block_cache.flop_speedup(self.flops, computed, self.num_steps),
+        }
+      )
+      traces.append(trace)
+    timed_args = (args[0], self.x_init0, *args[2:])
     speedup = block_cache.wall_speedup(
-      self.plain, (self.params, self.x_init), fn, args, self.config.cache.timing_repeats
+      self.plain, (self.params, self.x_init0), fn, timed_args, self.config.cache.timing_repeats
     )
-    computed = np.asarray(trace["computed"])
-    n_computed, n_reused = int(computed.sum()), int((~computed).sum())
-    metrics = {
-      **image_metrics.fidelity(x, self.reference, DATA_RANGE),
-      "reuse_rate": n_reused / steps,
-      "computed_steps": n_computed,
-      "block_evaluations": n_computed * self.config.model.depth,
-      "speedup_flops": block_cache.flop_speedup(self.flops, computed, self.num_steps),
-      "speedup_wall": speedup,
-    }
-    return metrics, trace
+    metrics = {"speedup_wall": speedup, "wall_ratio": 1.0 / speedup}
+    for name in per_seed[0]:
+      mean, lo, hi = seed_interval([m[name] for m in per_seed])
+      metrics[name] = mean
+      if name in ("psnr", "ssim", "computed_steps", "reuse_rate"):
+        metrics[f"{name}_lo"], metrics[f"{name}_hi"] = lo, hi
+    metrics["block_evaluations"] = metrics["computed_steps"] * self.config.model.depth
+    return metrics, traces[0]
+
+
+FRONTIER_METRICS = (
+  "psnr",
+  "psnr_lo",
+  "psnr_hi",
+  "ssim",
+  "ssim_lo",
+  "ssim_hi",
+  "computed_steps",
+  "computed_steps_lo",
+  "computed_steps_hi",
+  "reuse_rate",
+  "speedup_flops",
+  "speedup_wall",
+  "wall_ratio",
+)
+
+# Readings of the rule the paper leaves open, compared at the paper's most aggressive ablation point
+# (delta 0.25, R 10% of the steps), where the paper reports 59.0% reuse on Open-Sora: name ->
+# `CachePolicy` fields changed from the configured rule.
+READINGS = {
+  "configured": {},
+  "warmup_3": {"warmup": 3},
+  "warmup_6": {"warmup": 6},
+  "tail_all_half": {"tail_of": "all", "tail_fraction": 0.5},
+  "tail_all_quarter": {"tail_of": "all", "tail_fraction": 0.25},
+  "tail_remaining_quarter": {"tail_of": "remaining", "tail_fraction": 0.25},
+  "tail_each_trigger": {"tail_of": "each_trigger"},
+  "no_tail": {"protect_tail": False},
+  "adjacent": {"indicator_reference": "adjacent"},
+  "adjacent_each_trigger": {"indicator_reference": "adjacent", "tail_of": "each_trigger"},
+}
+
+
+def bwcache_policy(config) -> block_cache.CachePolicy:
+  """The configured BWCache rule (`config.cache`); delta and R are passed to the sampler traced."""
+  c = config.cache
+  return block_cache.CachePolicy(
+    kind="bwcache",
+    protect_tail=c.protect_tail,
+    tail_of=c.tail_of,
+    tail_fraction=c.tail_fraction,
+    warmup=c.warmup,
+    indicator_reference=c.indicator_reference,
+    reevaluate=c.reevaluate,
+    indicator_blocks=tuple(c.indicator_blocks),
+    reuse_mode=c.reuse_mode,
+  )
+
+
+def _store(results: dict, prefix: str, metrics: dict, names=FRONTIER_METRICS) -> None:
+  for name in names:
+    results[f"{prefix}/{name}"] = metrics[name]
 
 
 def cache_evaluation(config, params, rng) -> tuple[dict[str, float], dict]:
-  """Every arm on the same noise: BWCache at the headline (delta, R) and over the grid, its residual
-  reuse mode, the uncached sampler with the indicator, fewer steps, fixed-interval reuse and a
-  TeaCache-style indicator. Returns flat results and the traces for the figures."""
+  """Every arm on the same noise seeds: BWCache at the headline (delta, R) and over the grid of
+  delta x R x warm-up, its residual reuse mode, the uncached sampler with the indicator, uniform step
+  reduction (at the headline's computed steps and at every `cache.frontier_steps`), fixed-interval
+  reuse, a TeaCache-style indicator and, with `cache.compare_readings`, the `READINGS` of the rule.
+  Returns flat results and seed 0's traces for the figures."""
   c = config.cache
   arms = _Arms(config, params, rng)
   results, traces = {}, {}
-  blocks = tuple(c.indicator_blocks)
-  bw = block_cache.CachePolicy(
-    kind="bwcache",
-    protect_tail=c.protect_tail,
-    reevaluate=c.reevaluate,
-    indicator_blocks=blocks,
-    reuse_mode=c.reuse_mode,
-  )
+  bw = bwcache_policy(config)
   headline, traces["bwcache"] = arms.run(bw, delta=c.delta, reuse=c.reuse)
   results.update(
     psnr_vs_uncached=headline["psnr"],
+    psnr_vs_uncached_lo=headline["psnr_lo"],
+    psnr_vs_uncached_hi=headline["psnr_hi"],
     ssim_vs_uncached=headline["ssim"],
     mse_vs_uncached=headline["mse"],
     reuse_rate=headline["reuse_rate"],
@@ -275,7 +372,7 @@ def cache_evaluation(config, params, rng) -> tuple[dict[str, float], dict]:
     speedup_wall=headline["speedup_wall"],
   )
   computed = np.asarray(traces["bwcache"]["computed"])
-  tail = block_cache.protected_tail_start(computed)
+  tail = block_cache.protected_tail_start(computed, bw)
   results["reuse_in_protected_tail"] = int((~computed[tail:]).sum()) if c.protect_tail else -1
 
   residual_metrics, _ = arms.run(bw._replace(reuse_mode="residual"), delta=c.delta, reuse=c.reuse)
@@ -288,7 +385,7 @@ def cache_evaluation(config, params, rng) -> tuple[dict[str, float], dict]:
   with_indicator, traces["uncached"] = arms.run(reference_policy)
   results["indicator_overhead"] = 1.0 / with_indicator["speedup_wall"] - 1.0
 
-  fewer, _ = arms.run(reference_policy, num_steps=max(headline["computed_steps"], 1))
+  fewer = arms.run_uniform(max(round(headline["computed_steps"]), 1))
   results.update(
     step_reduction_psnr=fewer["psnr"],
     step_reduction_ssim=fewer["ssim"],
@@ -308,12 +405,39 @@ def cache_evaluation(config, params, rng) -> tuple[dict[str, float], dict]:
     teacache_reuse_rate=tea_metrics["reuse_rate"],
     teacache_speedup_wall=tea_metrics["speedup_wall"],
   )
-  for delta in c.deltas:
-    for reuse in c.reuse_steps:
-      grid, _ = arms.run(bw, delta=delta, reuse=reuse)
-      for name in ("psnr", "ssim", "reuse_rate", "speedup_wall", "speedup_flops", "computed_steps"):
-        results[f"grid/delta_{delta:g}/R_{reuse}/{name}"] = grid[name]
+  for steps in c.frontier_steps:
+    uniform = arms.run_uniform(steps)
+    _store(results, f"uniform/steps_{steps}", uniform)
+  for warmup in c.warmups:
+    for delta in c.deltas:
+      for reuse in c.reuse_steps:
+        grid, _ = arms.run(bw._replace(warmup=warmup), delta=delta, reuse=reuse)
+        _store(results, grid_key(delta, reuse, warmup), grid)
+  if c.compare_readings:
+    results.update(reading_evaluation(config, arms, bw))
   return results, traces
+
+
+def grid_key(delta: float, reuse: int, warmup: int) -> str:
+  return f"grid/delta_{delta:g}/R_{reuse}/W_{warmup}"
+
+
+def reading_evaluation(config, arms: _Arms, bw: block_cache.CachePolicy) -> dict[str, float]:
+  """Each of `READINGS` at `cache.reading_delta` and R = `cache.reading_reuse`: fidelity, reuse rate
+  (reused / all steps, the definition used everywhere here) and, for the other definition a reader
+  might take, reused steps over the steps before the protected tail of seed 0's trace."""
+  c = config.cache
+  results = {}
+  for name, fields in READINGS.items():
+    policy = bw._replace(**fields)
+    metrics, trace = arms.run(policy, delta=c.reading_delta, reuse=c.reading_reuse)
+    _store(results, f"reading/{name}", metrics)
+    computed = np.asarray(trace["computed"])
+    tail = (
+      block_cache.protected_tail_start(computed, policy) if policy.protect_tail else c.num_steps
+    )
+    results[f"reading/{name}/reuse_rate_before_tail"] = float((~computed[:tail]).sum()) / tail
+  return results
 
 
 def cache_figures(config, traces) -> dict:
