@@ -14,10 +14,17 @@ Variants:
   regression  E1: the paper's ridgeless-regression setting, the whole theory-vs-simulation grid in
               one run (closed-form phases).
   digits      the image variant: scikit-learn digits 5-9 (label = odd) with an injected stripe, a small
-              MLP teacher on pixels, a backbone pre-trained here on digits 0-4, head fine-tuning.
-  study       E1 + E2 + digits over (eta_l, eta_u) in {(0.5, 0.05), (0.05, 0.5), (0.05, 0.05), (0.5, 0.5)};
-              writes the gain-vs-shift, simulated-vs-predicted and failure-region figures and the
-              teacher / W2S / Enhanced-W2S table. About 10 minutes on 2 CPU cores.
+              MLP teacher on 2x2-pooled pixels, a strong student whose CNN backbone is pre-trained here
+              by SimCLR on the 1500 training digits without labels and without stripes; linear heads
+              on its z-scored features. About 100 s of CPU.
+  digits_transfer
+              the first image setup, kept for comparison: the same splits and teacher, the backbone an
+              MLP pre-trained (supervised) on digits 0-4; its best heads do not beat the teacher.
+  study       E1 + E2 + both digits setups over (eta_l, eta_u) in {(0.5, 0.05), (0.05, 0.5),
+              (0.05, 0.05), (0.5, 0.5)}; writes the gain-vs-shift, simulated-vs-predicted,
+              failure-region and digits figures and the teacher / ceiling / W2S / Enhanced-W2S table.
+  digits_study
+              both digits setups over the four settings only (8 arms), with the digits figure.
   gpu         the paper's benchmark setting through tfds: CelebA (label Blond_Hair, spurious Male) read
               from a prepared --config.tfds.data_dir (never downloaded); a Waterbirds-style builder
               works with --config.tfds.name=<builder> --config.tfds.label_key=label
@@ -26,6 +33,7 @@ Variants:
   python experiments/train.py --config=configs/w2s.py --workdir=runs/w2s
   python experiments/train.py --config=configs/w2s.py:regression --workdir=runs/w2s_e1
   python experiments/study.py --config=configs/w2s.py:study --workdir=/tmp/w2s_study
+  python experiments/study.py --config=configs/w2s.py:digits_study --workdir=runs/w2s_digits_study
 """
 
 import ml_collections
@@ -33,7 +41,7 @@ import numpy as np
 
 from configs import common
 
-VARIANTS = ("default", "regression", "digits", "study", "gpu")
+VARIANTS = ("default", "regression", "digits", "digits_transfer", "study", "digits_study", "gpu")
 
 
 def _regression(config: ml_collections.ConfigDict) -> None:
@@ -112,7 +120,19 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.model.dtype = "float32"
 
   config.pretrain = ml_collections.ConfigDict()  # the strong backbone (digits, tfds)
+  # supervised: cross-entropy on the backbone's own classes (digits 0-4, other CelebA attributes);
+  # contrastive: SimCLR on two augmented views, no labels (digits only)
+  config.pretrain.objective = "supervised"
+  config.pretrain.network = "mlp"  # mlp (widths `hidden`) | cnn (digits: 3x3 convs `channels`)
   config.pretrain.hidden = (128, 128)
+  config.pretrain.channels = (32, 64, 128)
+  config.pretrain.projection_dim = 64  # contrastive: width of the projection head's output
+  config.pretrain.temperature = 0.2  # contrastive: NT-Xent temperature
+  config.pretrain.augment = ml_collections.ConfigDict(
+    {"shift": 1, "keep": 0.8, "contrast": (0.6, 1.2), "noise": 0.1}
+  )
+  # z-score the frozen features with the unlabelled split's mean and std (per seed) before the heads
+  config.pretrain.standardize_features = False
   config.pretrain.learning_rate = 1e-3
   config.pretrain.steps = 800
   config.pretrain.batch_size = 128
@@ -143,22 +163,29 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.study.regression = False  # run E1 as an arm
   config.study.tasks = ()  # classification tasks run per setting
   config.study.settings = ((0.5, 0.05), (0.05, 0.5), (0.05, 0.05), (0.5, 0.5))  # (eta_l, eta_u)
-  config.study.overrides = ml_collections.ConfigDict({"digits": _digits_overrides()})  # per task
+  config.study.overrides = ml_collections.ConfigDict(
+    {"digits": _digits_overrides(), "digits_transfer": _digits_transfer_overrides()}
+  )  # per task of study.tasks (each may set config.task)
 
   if variant == "regression":
     config.task = "regression"
   if variant == "digits":
     config.update(_digits_overrides())
+  if variant == "digits_transfer":
+    config.update(_digits_transfer_overrides())
   if variant == "study":
     config.study.regression = True
-    config.study.tasks = ("classification", "digits")
+    config.study.tasks = ("classification", "digits", "digits_transfer")
+  if variant == "digits_study":
+    config.study.tasks = ("digits", "digits_transfer")
   if variant == "gpu":
     _gpu(config)
   return config
 
 
-def _digits_overrides() -> dict:
-  """The image variant's sizes (766 training digits 5-9 to split) and its weak network."""
+def _digits_transfer_overrides() -> dict:
+  """The first image setup: the image variant's sizes (766 training digits 5-9 to split), its weak
+  network, and a backbone pre-trained (supervised) on the other digits 0-4."""
   return {
     "task": "digits",
     "groups": {"num_labelled": 100, "num_unlabelled": 480, "num_heldout": 100},
@@ -167,6 +194,24 @@ def _digits_overrides() -> dict:
     "student": {"learning_rate": 0.005},
     "enhanced": {"learning_rate": 0.005},
   }
+
+
+def _digits_overrides() -> dict:
+  """The strong student: the same splits and teacher, but a CNN pre-trained by SimCLR on all 1500
+  training digits 0-9 without labels and without stripes (the test digits are never seen)."""
+  out = _digits_transfer_overrides()
+  out["digits"] = {"pretrain_digits": tuple(range(10))}
+  out["pretrain"] = {
+    "objective": "contrastive",
+    "network": "cnn",
+    "steps": 1500,
+    "batch_size": 256,
+    "standardize_features": True,
+  }
+  # on z-scored features the heads take E2's step size
+  out["student"] = {"learning_rate": 0.05}
+  out["enhanced"] = {"learning_rate": 0.05}
+  return out
 
 
 def _gpu(config: ml_collections.ConfigDict) -> None:

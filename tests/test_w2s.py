@@ -14,6 +14,7 @@ from core.data import spurious
 from experiments import loop
 from methods import w2s as method
 from methods.base import ConfigError
+from methods.w2s import backbones, classification
 
 # ---------------------------------------------------------------------------------------------------
 # Maths
@@ -161,6 +162,18 @@ def test_group_metrics_name_the_worst_group():
   assert float(w2s.average_accuracy(predictions, labels, groups, 4)) == 0.5
 
 
+def test_balanced_ceiling_weights_every_present_group_equally():
+  label = np.array([[0, 0], [0, 1], [1, 1], [1, 0], [0, 1], [1, 0]])
+  attribute = np.array([[0, 0], [0, 1], [1, 1], [0, 0], [0, 1], [1, 1]])  # each seed lacks a group
+  weight = classification.ceiling_weights({"label": label, "attribute": attribute})
+  groups = label * 2 + attribute
+  for seed in range(2):
+    present = np.unique(groups[:, seed])
+    sums = [weight[groups[:, seed] == g, seed, 0].sum() for g in present]
+    np.testing.assert_allclose(sums, 1.0 / len(present), rtol=1e-6)
+  np.testing.assert_allclose(weight[:, :, 1].sum(0), 1.0, rtol=1e-6)
+
+
 def test_group_splits_have_the_requested_minority_fraction_and_are_disjoint():
   rng = np.random.default_rng(0)
   minority = rng.random(1000) < 0.3
@@ -169,6 +182,49 @@ def test_group_splits_have_the_requested_minority_fraction_and_are_disjoint():
   assert not set(splits["a"]) & set(splits["b"])
   with pytest.raises(ValueError, match="split 'c'"):
     spurious.group_split_indices(rng, minority, {"c": (900, 0.9)})
+
+
+def test_nt_xent_matches_its_closed_form_and_prefers_matching_views():
+  """Two images with orthogonal projections: each view's positive has cosine 1, its two negatives
+  cosine 0, so the loss is -log(e^(1/t) / (e^(1/t) + 2))."""
+  z = jnp.eye(2, 4)
+  t = 0.5
+  expected = -math.log(math.exp(1 / t) / (math.exp(1 / t) + 2))
+  assert float(backbones.nt_xent(z, 3.0 * z, t)) == pytest.approx(expected, rel=1e-5)
+  assert float(backbones.nt_xent(z, z[::-1], t)) > expected  # views swapped between images
+  assert float(backbones.pair_accuracy(z, z)) == 1.0
+  with pytest.raises(ValueError, match="two \\(B, D\\) projections"):
+    backbones.nt_xent(z, z[:1], t)
+
+
+@pytest.mark.slow
+def test_digit_augmentation_is_a_translation_when_only_shifting():
+  x = jax.random.uniform(jax.random.key(0), (16, 64))
+  same = backbones.augment_digits(jax.random.key(1), x, 0, 1.0, (1.0, 1.0), 0.0)
+  np.testing.assert_allclose(same, x)
+  moved = np.asarray(backbones.augment_digits(jax.random.key(2), x, 1, 1.0, (1.0, 1.0), 0.0))
+  padded = np.pad(np.asarray(x).reshape(16, 8, 8), ((0, 0), (1, 1), (1, 1)))
+  for image, out in zip(padded, moved.reshape(16, 8, 8), strict=True):
+    shifts = [image[i : i + 8, j : j + 8] for i in range(3) for j in range(3)]
+    assert any(np.allclose(out, s) for s in shifts)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stride", [1, 2])
+def test_im2col_convolution_equals_lax_conv(stride):
+  x = jax.random.normal(jax.random.key(3), (2, 8, 8, 3))
+  layer = backbones.nn.Dense(5)
+  params = layer.init(jax.random.key(4), jnp.zeros((1, 27)))
+  ours = backbones._conv3x3(x, stride, lambda p: layer.apply(params, p))
+  kernel = params["params"]["kernel"].reshape(3, 3, 3, 5)  # patch order (row, column, channel)
+  reference = jax.lax.conv_general_dilated(
+    x, kernel, (stride, stride), ((1, 1), (1, 1)), dimension_numbers=("NHWC", "HWIO", "NHWC")
+  )
+  np.testing.assert_allclose(ours, reference + params["params"]["bias"], atol=1e-5)
+  net = backbones.DigitCNN(channels=(4, 6), num_outputs=3)
+  net_params = net.init(jax.random.key(5), jnp.zeros((1, 64)))
+  assert net.apply(net_params, jnp.zeros((7, 64)), method="features").shape == (7, 6)
+  assert net.apply(net_params, jnp.zeros((7, 64))).shape == (7, 3)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -210,9 +266,19 @@ def tiny_regression():
 
 def test_classification_pipeline_runs_every_phase_and_reports_the_issue_keys(tmp_path):
   summary = loop.run(tiny_classification(), str(tmp_path))
-  assert summary.step_traces == {"teacher": 1, "pseudolabels": 0, "student": 1, "enhanced": 1}
+  assert summary.step_traces == {
+    "teacher": 1,
+    "pseudolabels": 0,
+    "student": 1,
+    "enhanced": 1,
+    "ceiling": 1,
+  }
   results = summary.results
-  for name in ("teacher", "w2s", "enhanced"):
+  recovered = (results["w2s_accuracy"] - results["teacher_accuracy"]) / results[
+    "ceiling_minus_teacher"
+  ]
+  assert results["w2s_performance_gap_recovered"] == pytest.approx(recovered, rel=1e-4)
+  for name in ("teacher", "w2s", "enhanced", "ceiling", "ceiling_erm"):
     for key in (f"{name}_accuracy", f"worst_group_{name}_accuracy"):
       assert 0.0 <= results[key] <= 1.0, key
     assert results[f"worst_group_{name}_accuracy"] <= results[f"{name}_accuracy"]
@@ -283,15 +349,42 @@ def test_classification_report_tables_matched_and_mismatched_settings(tmp_path):
 
 
 @pytest.mark.slow
-def test_digits_variant_pretrains_a_backbone_and_runs_the_pipeline(tmp_path):
-  config = w2s_config.get_config("digits")
+@pytest.mark.parametrize("variant", ["digits", "digits_transfer"])
+def test_digits_variants_pretrain_a_backbone_and_run_the_pipeline(tmp_path, variant):
+  config = w2s_config.get_config(variant)
   config.num_seeds = 2
   config.pretrain.steps = 20
   config.teacher.steps = config.student.steps = config.enhanced.steps = 4
   config.enhanced.p_grid, config.enhanced.q_grid = (0.5,), (0.7,)
   summary = loop.run(config, str(tmp_path))
-  assert summary.results["pretrain_accuracy"] > 0.2
-  assert 0.0 <= summary.results["enhanced_accuracy"] <= 1.0
+  if variant == "digits":  # label-free: two views of a held-out digit retrieve each other
+    assert summary.results["pretrain_pair_accuracy"] > 1 / 297
+  else:
+    assert summary.results["pretrain_accuracy"] > 0.2
+  assert 0.0 <= summary.results["ceiling_accuracy"] <= 1.0
+
+
+@pytest.mark.slow
+def test_digits_study_runs_both_backbones_over_the_four_settings():
+  config = w2s_config.get_config("digits_study")
+  arms = dict(method.study_arms(config))
+  assert len(arms) == 8 and "e1" not in arms
+  strong, transfer = arms["digits_l0.5_u0.05"], arms["digits_transfer_l0.05_u0.5"]
+  assert strong.task == transfer.task == "digits"
+  assert (strong.pretrain.objective, strong.pretrain.network) == ("contrastive", "cnn")
+  assert (transfer.pretrain.objective, transfer.pretrain.network) == ("supervised", "mlp")
+  assert transfer.digits.pretrain_digits == (0, 1, 2, 3, 4)
+  assert (transfer.groups.eta_labelled, transfer.groups.eta_unlabelled) == (0.05, 0.5)
+  row = {
+    "teacher_accuracy": 0.9, "worst_group_teacher_accuracy": 0.8, "w2s_accuracy": 0.95,
+    "worst_group_w2s_accuracy": 0.9, "enhanced_accuracy": 0.94, "worst_group_enhanced_accuracy": 0.9,
+    "w2s_gain": 0.05, "enhanced_gain": -0.01, "enhanced_selected_p": 0.5, "enhanced_selected_q": 0.7,
+    "enhanced_oracle_accuracy": 0.96, "ceiling_accuracy": 0.98, "worst_group_ceiling_accuracy": 0.95,
+    "w2s_performance_gap_recovered": 0.625,
+  }  # fmt: skip
+  report = method.report(config, {name: row for name in arms})
+  assert "digits" in report.figures and len(report.rows) == 8
+  assert report.summary["digits_ceiling_minus_teacher_min"] == pytest.approx(0.08)
 
 
 @pytest.mark.parametrize(
@@ -312,6 +405,25 @@ def test_bad_fields_are_named(tmp_path, field, value, message):
   node[name] = value
   with pytest.raises(ConfigError, match=message):
     loop.run(config, str(tmp_path))
+
+
+@pytest.mark.slow
+def test_pretraining_fields_are_checked_per_objective():
+  config = w2s_config.get_config("digits")
+  method.validate(config)  # contrastive pre-training may see the task digits, unlabelled
+  config.task = "tfds"
+  with pytest.raises(
+    ConfigError, match="config.pretrain.objective: 'contrastive' is built for 8x8"
+  ):
+    method.validate(config)
+  transfer = w2s_config.get_config("digits_transfer")
+  transfer.digits.pretrain_digits = (0, 5)
+  with pytest.raises(ConfigError, match="config.digits.pretrain_digits: must not overlap"):
+    method.validate(transfer)
+  config = w2s_config.get_config("digits")
+  config.pretrain.augment.contrast = (1.2, 0.6)
+  with pytest.raises(ConfigError, match="config.pretrain.augment.contrast: need 0 < low <= high"):
+    method.validate(config)
 
 
 def test_regression_outside_the_ols_regime_is_refused(tmp_path):

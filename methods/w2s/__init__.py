@@ -24,8 +24,10 @@ this repository's CPU experiments (`configs/w2s.py`).
                        {eta_l, 0.5, 0 (majority), 1 (minority)}.
   classification (E2), digits (image variant), tfds (`:gpu`, CelebA / Waterbirds-style), in
   `classification.py`; the paper's remedy, Enhanced-W2S:
-      0. pretrain      (digits, tfds) the strong backbone, an MLP trained here on a different task (the
-                       other digit classes 0-4; other CelebA attributes), later frozen.
+      0. pretrain      (digits, tfds) the strong backbone, later frozen: `digits`, a CNN trained here
+                       with SimCLR on the training digits without labels or stripes
+                       (`backbones.py`); `digits_transfer` and tfds, an MLP trained on a different
+                       task (the other digit classes 0-4; other CelebA attributes).
       1. teacher       the weak model on n labelled examples of minority fraction eta_l, cross-entropy
                        (E2: softmax regression on the weak projection; digits: an MLP with 8 hidden
                        units on 2x2-pooled pixels; tfds: a small MLP on pixels).
@@ -40,9 +42,13 @@ this repository's CPU experiments (`configs/w2s.py`).
                        together as one more vmapped axis. (p, q) is chosen per seed by agreement with
                        the teacher's pseudolabels on the held-out split (6): no group label and no true
                        label.
+      7. ceiling       diagnostic: the student's head fit to the true labels of the unlabelled split,
+                       its (y, a) groups weighted equally (`ceiling`) and plainly (`ceiling_erm`);
+                       the best head the strong features offer, against which the teacher is read.
 
-Files: `phases.py` (which pipeline runs), `regression.py`, `classification.py`, `study.py` (study arms,
-report, figures); the splits are built in `core/data/spurious_splits.py`.
+Files: `phases.py` (which pipeline runs), `regression.py`, `classification.py`, `backbones.py` (the
+digits CNN and SimCLR), `study.py` (study arms, report, figures); the splits are built in
+`core/data/spurious_splits.py`.
 
 Choices where the paper is open (each a config field):
 * Excess risks are exact expectations over x (`core.w2s.excess_risk`), not a 20k-point test set.
@@ -52,7 +58,10 @@ Choices where the paper is open (each a config field):
   minority points; E2 and digit test sets are group-balanced; tfds test sets are balanced by subsampling.
 * Average accuracy is the mean of the four (y, a) group accuracies (= plain accuracy when balanced).
 * Digits: label = parity of the digit among 5-9, spurious attribute = a bright top (a = 1) or bottom
-  (a = 0) row; the majority has a = y. The backbone never sees stripes.
+  (a = 0) row; the majority has a = y. The backbone never sees stripes. The `digits` backbone sees the
+  1500 training digits 0-9 without labels (the images of the teacher's labelled split among them, as
+  a pre-trained model may have seen its fine-tuning images), never a test digit; its frozen features
+  are z-scored with the unlabelled split's statistics (`pretrain.standardize_features`).
 * `enhanced_oracle_*` (best grid point by test accuracy) is reported as a diagnostic of the selection
   rule only; it uses test labels and is never the reported Enhanced-W2S number.
 * Full-batch Adam for the heads (300 steps by default); the regression phases are closed form.
@@ -100,6 +109,8 @@ __all__ = [
 TASKS = ("regression", "classification", "digits", "tfds")
 PSEUDOLABELS = ("hard", "soft")
 ENHANCED_INITS = ("fresh", "continued")
+PRETRAIN_OBJECTIVES = ("supervised", "contrastive")
+PRETRAIN_NETWORKS = ("mlp", "cnn")
 
 
 def _require_fraction(config, field: str, value, low_open: bool = False) -> None:
@@ -176,12 +187,40 @@ def _validate_classification(config) -> None:
     isinstance(batch, int) and batch >= 0, "head_batch_size", f"must be an int >= 0, got {batch!r}"
   )
   if config.task in ("digits", "tfds"):
-    require_positive_int(config, "pretrain.steps")
-    require_positive_int(config, "pretrain.batch_size")
+    _validate_pretrain(config)
   if config.task == "digits":
     _validate_digits(config)
   if config.task == "tfds":
     require_prepared_tfds(config, "tfds.data_dir", config.tfds.name)
+
+
+def _validate_pretrain(config) -> None:
+  p = config.pretrain
+  require_positive_int(config, "pretrain.steps")
+  require_positive_int(config, "pretrain.batch_size")
+  require_choice(config, "pretrain.objective", PRETRAIN_OBJECTIVES)
+  require_choice(config, "pretrain.network", PRETRAIN_NETWORKS)
+  for field, value in (("objective", "contrastive"), ("network", "cnn")):
+    require(
+      p[field] != value or config.task == "digits",
+      f"pretrain.{field}",
+      f"{value!r} is built for 8x8 digits (task 'digits'), got task {config.task!r}",
+    )
+  if p.network == "cnn":
+    require(
+      len(p.channels) > 0 and all(isinstance(c, int) and c > 0 for c in p.channels),
+      "pretrain.channels",
+      f"must be positive ints, got {tuple(p.channels)!r}",
+    )
+  if p.objective == "contrastive":
+    require_positive_int(config, "pretrain.projection_dim")
+    require(p.temperature > 0, "pretrain.temperature", f"must be > 0, got {p.temperature}")
+    a = p.augment
+    require(0 <= a.shift <= 3, "pretrain.augment.shift", f"must be in [0, 3], got {a.shift}")
+    require(0 < a.keep <= 1, "pretrain.augment.keep", f"must be in (0, 1], got {a.keep}")
+    low, high = a.contrast
+    require(0 < low <= high, "pretrain.augment.contrast", f"need 0 < low <= high, got {a.contrast}")
+    require(a.noise >= 0, "pretrain.augment.noise", f"must be >= 0, got {a.noise}")
 
 
 def _validate_digits(config) -> None:
@@ -195,9 +234,10 @@ def _validate_digits(config) -> None:
     f"labelled + unlabelled + held-out = {needed} exceed the {pool} training digits of {list(d.task_digits)}",
   )
   require(
-    not set(d.task_digits) & set(d.pretrain_digits),
+    config.pretrain.objective != "supervised" or not set(d.task_digits) & set(d.pretrain_digits),
     "digits.pretrain_digits",
-    "must not overlap digits.task_digits (the backbone's task must differ)",
+    "must not overlap digits.task_digits when pre-training is supervised (the backbone's task "
+    "must differ)",
   )
   require(
     list(d.pretrain_digits) == sorted(d.pretrain_digits), "digits.pretrain_digits", "must be sorted"

@@ -5,11 +5,13 @@ its remedy Enhanced-W2S as steps 1-6 of the package docstring. Each stage is a p
 loop and every head is vmapped over `config.num_seeds` independent replicates (parameters with a
 leading seed axis, data (num, R, ...)); the enhanced heads add a leading (p, q) grid axis.
 
-  pretrain      (digits, tfds) the strong backbone, an MLP trained here on a different task, frozen.
+  pretrain      (digits, tfds) the strong backbone, frozen: a CNN trained here by SimCLR on unlabelled,
+                unstriped digits (`backbones.py`), or an MLP trained on a different task.
   teacher       the weak model on the labelled split, cross-entropy (step 1).
   pseudolabels  num_steps = 0: teacher predictions on the unlabelled and held-out splits (step 2).
   student       vanilla W2S, a linear head on frozen strong features (step 3).
   enhanced      Enhanced-W2S for every (p, q) of the grid at once; (p, q) chosen per seed (steps 4-6).
+  ceiling       diagnostic heads on the true labels of the unlabelled split (group-balanced and plain).
 
 The splits are built in `core/data/spurious_splits.py`; losses, subset and group metrics are in
 `core/w2s.py`.
@@ -33,6 +35,7 @@ from core.data.spurious_splits import NUM_GROUPS, GroupData
 from core.nn import precision
 from core.nn.mlp import MLP
 from methods.base import Phase, cached_per_config
+from methods.w2s import backbones
 from methods.w2s.phases import runtime_barrier
 
 NUM_CLASSES = 2
@@ -133,10 +136,16 @@ def head_model() -> MLP:
   return MLP(hidden=(), num_outputs=NUM_CLASSES)
 
 
-def backbone_model(config, num_classes: int) -> MLP:
-  """The strong backbone at `config.model.dtype`; its features reach the heads in float32. The teacher
-  and the heads stay float32: they are small, and their probabilities are what the paper measures."""
+def backbone_model(config, num_classes: int) -> MLP | backbones.DigitCNN:
+  """The strong backbone at `config.model.dtype` (`pretrain.network`: an MLP, or the digits CNN);
+  its features reach the heads in float32. The teacher and the heads stay float32: they are small,
+  and their probabilities are what the paper measures. `num_classes` is the size of its output (the
+  pre-training classes, or the projection of the contrastive objective)."""
   dtype = precision.compute_dtype(config.model.dtype)
+  if config.pretrain.network == "cnn":
+    return backbones.DigitCNN(
+      channels=tuple(config.pretrain.channels), num_outputs=num_classes, dtype=dtype
+    )
   return MLP(hidden=tuple(config.pretrain.hidden), num_outputs=num_classes, dtype=dtype)
 
 
@@ -169,8 +178,20 @@ def strong_view(config, data: GroupData, x, inputs) -> jax.Array:
   """What the student sees: E2's strong features, else the frozen pre-trained backbone's features."""
   if config.task == "classification":
     return _e2_view(data.e2_design, "strong", jnp.asarray(x))
-  net = backbone_model(config, _num_pretrain_classes(data))
-  return _backbone_view(net, inputs["pretrain"], jnp.asarray(x))
+  net = backbone_model(config, _backbone_outputs(config, data))
+  features = _backbone_view(net, inputs["pretrain"], jnp.asarray(x))
+  if not config.pretrain.standardize_features:
+    return features
+  pool = _backbone_view(net, inputs["pretrain"], jnp.asarray(data.splits["unlabelled"]["x"]))
+  return _standardize(features, pool)
+
+
+@jax.jit
+def _standardize(features: jax.Array, pool: jax.Array) -> jax.Array:
+  """(num, R, D) features z-scored per seed and dimension by the unlabelled pool's (N, R, D) mean and
+  standard deviation: label-free, and it puts every feature on one scale for the heads' Adam."""
+  mean, std = pool.mean(axis=0), pool.std(axis=0)
+  return (features - mean) / jnp.maximum(std, 1e-6)
 
 
 @functools.partial(jax.jit, static_argnums=(0, 1))
@@ -180,11 +201,14 @@ def _e2_view(design, kind: str, x: jax.Array) -> jax.Array:
 
 
 @functools.partial(jax.jit, static_argnums=0)
-def _backbone_view(net: MLP, params, x: jax.Array) -> jax.Array:
-  return _flat_apply(lambda v: net.apply(params, v, method=MLP.features), x)
+def _backbone_view(net, params, x: jax.Array) -> jax.Array:
+  return _flat_apply(lambda v: net.apply(params, v, method="features"), x)
 
 
-def _num_pretrain_classes(data: GroupData) -> int:
+def _backbone_outputs(config, data: GroupData) -> int:
+  """The backbone's output size: its pre-training classes, or the contrastive projection's width."""
+  if config.pretrain.objective == "contrastive":
+    return config.pretrain.projection_dim
   return int(max(data.pretrain["label"].max(), data.pretrain_test["label"].max())) + 1
 
 
@@ -289,6 +313,29 @@ def pretrain_step(model: MLP, optimizer, state, batch, rng):
   }
 
 
+def _views(config, x: jax.Array, rng) -> tuple[jax.Array, jax.Array]:
+  """Two independent augmentations of a batch of flattened digits (`config.pretrain.augment`)."""
+  a = config.pretrain.augment
+  view = lambda key: backbones.augment_digits(key, x, a.shift, a.keep, tuple(a.contrast), a.noise)
+  key_a, key_b = jax.random.split(rng)
+  return view(key_a), view(key_b)
+
+
+def contrastive_step(model, optimizer, config, state, batch, rng):
+  """One Adam step of SimCLR: NT-Xent between two augmented views of the batch; labels unused."""
+
+  def loss_fn(params):
+    view_a, view_b = _views(config, batch["x"], rng)
+    z_a, z_b = model.apply(params, view_a), model.apply(params, view_b)
+    return backbones.nt_xent(z_a, z_b, config.pretrain.temperature)
+
+  loss, grads = jax.value_and_grad(loss_fn)(state["params"])
+  updates, opt_state = optimizer.update(grads, state["opt_state"], state["params"])
+  return {"params": optax.apply_updates(state["params"], updates), "opt_state": opt_state}, {
+    "loss": loss
+  }
+
+
 def _train_state(params, optimizer):
   return {"params": params, "opt_state": optimizer.init(params)}
 
@@ -353,23 +400,37 @@ def _adam(learning_rate: float):
 
 def pretrain_phase(config, data: GroupData) -> Phase:
   """The strong backbone, trained here on a different task (digits 0-4 / other attributes)."""
-  num_classes = _num_pretrain_classes(data)
-  net, optimizer = backbone_model(config, num_classes), _adam(config.pretrain.learning_rate)
+  net = backbone_model(config, _backbone_outputs(config, data))
+  optimizer = _adam(config.pretrain.learning_rate)
   dim = data.pretrain["x"].shape[1]
+  test_x = jnp.asarray(data.pretrain_test["x"])
+  contrastive = config.pretrain.objective == "contrastive"
 
   def evaluate(state, rng, inputs):
-    logits = net.apply(state["params"], jnp.asarray(data.pretrain_test["x"]))
+    if contrastive:  # label-free: held-out NT-Xent and positive-pair retrieval
+      view_a, view_b = _views(config, test_x, rng)
+      z_a, z_b = net.apply(state["params"], view_a), net.apply(state["params"], view_b)
+      return {
+        "pretrain_heldout_loss": float(backbones.nt_xent(z_a, z_b, config.pretrain.temperature)),
+        "pretrain_pair_accuracy": float(backbones.pair_accuracy(z_a, z_b)),
+      }
+    logits = net.apply(state["params"], test_x)
     return {
       "pretrain_accuracy": float(jnp.mean(jnp.argmax(logits, -1) == data.pretrain_test["label"]))
     }
 
   from core.data import batching
 
+  step = (
+    functools.partial(contrastive_step, net, optimizer, config)
+    if contrastive
+    else functools.partial(pretrain_step, net, optimizer)
+  )
   return Phase(
     name="pretrain",
     num_steps=config.pretrain.steps,
     init=lambda rng, inputs: _train_state(net.init(rng, jnp.zeros((1, dim))), optimizer),
-    step=functools.partial(pretrain_step, net, optimizer),
+    step=step,
     data=lambda inputs: batching.from_arrays(
       data.pretrain, config.pretrain.batch_size, config.seed
     ),
@@ -604,12 +665,91 @@ def subset_diagnostics(config, data, inputs) -> dict[str, float]:
   return out
 
 
+CEILINGS = ("ceiling", "ceiling_erm")  # group-balanced weights | plain true labels
+
+
+def ceiling_weights(split) -> np.ndarray:
+  """(N, R, 2) example weights of the two ceiling heads: every (y, a) group of the split weighted
+  equally (its points 1 / (4 n_group)), and uniform (1 / N)."""
+  groups = split["label"] * 2 + split["attribute"]  # (N, R)
+  counts = np.stack([(groups == g).sum(0) for g in range(NUM_GROUPS)])  # (4, R)
+  present = (counts > 0).sum(0)  # groups with any point, per seed
+  balanced = 1.0 / (np.take_along_axis(counts, groups, axis=0) * present)
+  uniform = np.full(groups.shape, 1.0 / len(groups))
+  return np.stack([balanced, uniform], axis=-1).astype(np.float32)
+
+
+def weighted_head_step(model: MLP, optimizer, state, batch, rng):
+  """One Adam step for K heads (leading parameter axis), each on its own example weights (N, R, K)."""
+  del rng
+
+  def per_head(params, weight):
+    losses = w2s.cross_entropy(apply_per_seed(model, params, batch["x"]), batch["target"])
+    return jnp.sum(weight * losses, axis=0)  # (R,)
+
+  def loss_fn(params):
+    per_point = jax.vmap(per_head, in_axes=(0, 2))(params, batch["weight"])  # (K, R)
+    return per_point.sum(), per_point
+
+  (_, per_point), grads = jax.value_and_grad(loss_fn, has_aux=True)(state["params"])
+  updates, opt_state = optimizer.update(grads, state["opt_state"], state["params"])
+  params = optax.apply_updates(state["params"], updates)
+  return {"params": params, "opt_state": opt_state}, {"loss": per_point.mean()}
+
+
+def ceiling_phase(config, data: GroupData) -> Phase:
+  """The strong ceilings: the student's head, step size and budget, fit to the true labels of the
+  unlabelled split, once with its (y, a) groups weighted equally (`ceiling`: the best head on true
+  labels the strong features offer) and once plainly (`ceiling_erm`: minority fraction eta_u, as the
+  student's data). Diagnostics only (they read true and group labels), against which the teacher
+  and the W2S student are read; the performance gap recovered is (W2S - teacher) / (ceiling -
+  teacher), for the balanced ceiling."""
+  net, optimizer = head_model(), _adam(config.student.learning_rate)
+  unlabelled = data.splits["unlabelled"]
+  target = np.asarray(jax.nn.one_hot(unlabelled["label"], NUM_CLASSES))
+  weight = ceiling_weights(unlabelled)
+
+  def arrays(inputs):
+    x = strong_view(config, data, unlabelled["x"], inputs)
+    return {"x": np.asarray(x), "target": target, "weight": weight}
+
+  def init(rng, inputs):
+    dim, keys = _strong_dim(config, data, inputs), jax.random.split(rng, len(CEILINGS))
+    params = jax.vmap(lambda k: init_per_seed(net, k, config.num_seeds, dim))(keys)
+    return _train_state(params, optimizer)
+
+  def evaluate(state, rng, inputs):
+    teacher = teacher_test_metrics(config, data, inputs)
+    student = student_test_metrics(config, data, inputs["student"], inputs)
+    out = {}
+    for k, name in enumerate(CEILINGS):
+      head = jax.tree.map(lambda leaf, k=k: leaf[k], state["params"])
+      metrics = student_test_metrics(config, data, head, inputs)
+      out.update(_report(name, metrics))
+      out[f"{name}_minus_teacher"] = float((metrics["average"] - teacher["average"]).mean())
+    out["w2s_performance_gap_recovered"] = float(
+      np.mean(student["average"] - teacher["average"]) / out["ceiling_minus_teacher"]
+    )
+    return out
+
+  return Phase(
+    name="ceiling",
+    num_steps=config.student.steps,
+    init=init,
+    step=functools.partial(weighted_head_step, net, optimizer),
+    data=lambda inputs: head_source(config, arrays(inputs)),
+    evaluate=evaluate,
+  )
+
+
 def classification_phases(config) -> list[Phase]:
   data = group_data(config)
   phases = [pretrain_phase(config, data)] if config.task in ("digits", "tfds") else []
+  # the ceiling comes last so that the other phases keep their index, hence their rngs
   return phases + [
     teacher_phase(config, data),
     pseudolabel_phase(config, data),
     student_phase(config, data),
     enhanced_phase(config, data),
+    ceiling_phase(config, data),
   ]

@@ -188,6 +188,9 @@ def _classification_rows(results) -> list[dict]:
         "selected_p": res["enhanced_selected_p"],
         "selected_q": res["enhanced_selected_q"],
         "oracle_acc": res["enhanced_oracle_accuracy"],
+        "ceiling_acc": res.get("ceiling_accuracy", np.nan),
+        "ceiling_wg": res.get("worst_group_ceiling_accuracy", np.nan),
+        "pgr": res.get("w2s_performance_gap_recovered", np.nan),
       }
     )
   return rows
@@ -206,6 +209,10 @@ def classification_summary(rows) -> dict:
     )
     out[f"{task}_w2s_gain_matched"] = mean("w2s_gain", "matched")
     out[f"{task}_w2s_gain_mismatched"] = mean("w2s_gain", "mismatched")
+    sel = [r for r in rows if r["task"] == task]
+    out[f"{task}_ceiling_minus_teacher_min"] = float(
+      min(r["ceiling_acc"] - r["teacher_acc"] for r in sel)
+    )
   return out
 
 
@@ -220,6 +227,8 @@ def report(config, results: Mapping[str, Mapping[str, float]]) -> Report:
   if rows:
     summary.update(classification_summary(rows))
     figures["remedy"] = remedy_figure(rows)
+    if any(row["task"].startswith("digits") for row in rows):
+      figures["digits"] = digits_figure([r for r in rows if r["task"].startswith("digits")])
   return Report(rows=rows, summary=summary, figures=figures, notes=notes)
 
 
@@ -336,5 +345,29 @@ def remedy_figure(rows):
       ax.set_title(f"{task}: {title}", fontsize=9)
       ax.set_ylim(0, 1)
   axes[0, 0].legend(fontsize=8)
+  fig.tight_layout()
+  return fig
+
+
+def digits_figure(rows):
+  """Per digits setup (a column) and setting: teacher, strong ceiling (a head on true labels), vanilla
+  W2S and Enhanced-W2S; average accuracy on top, worst-group below."""
+  tasks = sorted({row["task"] for row in rows})
+  fig, axes = figure_grid(2, len(tasks), panel_size=(5, 3.2))
+  models = (("teacher", "teacher"), ("ceiling", "strong ceiling"), ("w2s", "W2S"))
+  models += (("enhanced", "Enhanced-W2S"),)
+  for t, task in enumerate(tasks):
+    sel = [row for row in rows if row["task"] == task]
+    labels = [f"l={row['eta_l']:g}\nu={row['eta_u']:g}" for row in sel]
+    for k, (metric, title) in enumerate((("acc", "average"), ("wg", "worst-group"))):
+      ax = axes[k, t]
+      for m, (model, name) in enumerate(models):
+        offset = 0.2 * (m - (len(models) - 1) / 2)
+        values = [row[f"{model}_{metric}"] for row in sel]
+        ax.bar(np.arange(len(sel)) + offset, values, 0.2, label=name)
+      ax.set_xticks(range(len(sel)), labels, fontsize=8)
+      ax.set_title(f"{task}: {title} accuracy", fontsize=9)
+      ax.set_ylim(0, 1)
+  axes[0, 0].legend(fontsize=7, loc="lower left")
   fig.tight_layout()
   return fig
