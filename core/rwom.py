@@ -27,9 +27,10 @@ rollout, as an LLM world model does in the paper's LongCoT rollout).
                        (`core.decoding.score`).
   milestone_probability  probe 3: P(r = 1) of teacher-forced transitions.
   listwise_choice      Eq. 11: rollouts of all candidates compared jointly (softmax over their
-                       `on_track` values, the expected number of imagined steps before the first
-                       non-milestone); `absolute_choice` scores each alone in {0, .5, 1} (the
-                       WebDreamer-style baseline).
+                       `rollout_value`: the expected number of imagined steps before the first
+                       non-milestone, `on_track`, plus a bonus for a predicted no-op);
+                       `absolute_choice` scores each alone in {0, .5, 1} (the WebDreamer-style
+                       baseline).
 
 Choices where the paper is open or does not apply here:
   * One model serves with and without retrieval (tutorial slot dropped at rate `tutorial_dropout` in
@@ -127,19 +128,20 @@ def transition_tokens(ids: mw.TokenIds, state_tokens, action, next_tokens, rewar
   ).astype(jnp.int32)
 
 
-def loss_mask(layout: Layout, is_expert) -> np.ndarray:
+def loss_mask(layout: Layout, is_expert, milestone_weight: float = 1.0) -> np.ndarray:
   """float `[..., length - 1]` over next-token targets: the action (where it was the expert's), the
-  next state and the milestone flag."""
+  next state and the milestone flag, the flag weighted by `milestone_weight` (one reward token
+  against eleven state tokens and an action; `loss` normalises by the total weight)."""
   is_expert = np.asarray(is_expert, np.float32)
   mask = np.zeros(is_expert.shape + (layout.length - 1,), np.float32)
   mask[..., layout.prompt - 1] = is_expert
   mask[..., layout.next_state.start - 1 : layout.next_state.stop - 1] = 1.0
-  mask[..., layout.reward - 1] = 1.0
+  mask[..., layout.reward - 1] = milestone_weight
   return mask
 
 
 def loss(model: Transformer, params, tokens, mask) -> jax.Array:
-  """Mean next-token cross-entropy over `mask [B, L - 1]`."""
+  """Next-token cross-entropy weighted by `mask [B, L - 1]`, divided by the mask's total."""
   logits = model.apply(params, tokens[:, :-1], mask=attention.causal_mask()).logits
   ce = optax.softmax_cross_entropy_with_integer_labels(logits, tokens[:, 1:])
   return jnp.sum(ce * mask) / jnp.maximum(jnp.sum(mask), 1.0)
@@ -256,17 +258,30 @@ def on_track(milestones) -> jax.Array:
   return jnp.sum(jnp.cumprod(milestones, -1), -1)
 
 
-def listwise_choice(milestones) -> tuple[jax.Array, jax.Array]:
+def rollout_value(milestones, unchanged=None, no_op_value: float = 0.0) -> jax.Array:
+  """A rollout's value for Eq. 11: `on_track(milestones)`, plus `no_op_value` where `unchanged
+  [..., m]` says the world model predicts the candidate leaves the state as it is. A milestone flag
+  alone ties a harmless no-op with a click into a wrong menu (neither is progress), but the wrong click
+  costs at least one more step to undo; a value between 0 (off track) and the ~1 of one milestone
+  ranks progress > standing still > a detour."""
+  value = on_track(milestones)
+  if unchanged is not None:
+    value = value + no_op_value * jnp.asarray(unchanged, value.dtype)
+  return value
+
+
+def listwise_choice(milestones, unchanged=None, no_op_value: float = 0.0):
   """Eq. 11: candidates' rollouts `milestones [E, m, k]` ranked jointly; returns the chosen index and
-  the softmax over candidates of their `on_track` values."""
-  weights = jax.nn.softmax(on_track(milestones), axis=-1)
+  the softmax over candidates of their `rollout_value`s."""
+  weights = jax.nn.softmax(rollout_value(milestones, unchanged, no_op_value), axis=-1)
   return jnp.argmax(weights, -1), weights
 
 
-def absolute_choice(milestones, rng) -> jax.Array:
-  """Each rollout scored alone in {0, 0.5, 1} (its `on_track` value over k, rounded), a uniform
+def absolute_choice(milestones, rng, unchanged=None, no_op_value: float = 0.0) -> jax.Array:
+  """Each rollout scored alone in {0, 0.5, 1} (its `rollout_value` over k, rounded), a uniform
   choice among the best-scored candidates."""
-  scores = jnp.round(2.0 * on_track(milestones) / milestones.shape[-1]) / 2.0
+  value = rollout_value(milestones, unchanged, no_op_value)
+  scores = jnp.round(2.0 * value / milestones.shape[-1]) / 2.0
   best = scores >= jnp.max(scores, -1, keepdims=True)
   noise = jax.random.uniform(rng, scores.shape)
   return jnp.argmax(jnp.where(best, noise, -1.0), -1)

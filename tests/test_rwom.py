@@ -178,6 +178,11 @@ def test_sequence_layout_and_loss_mask(world):
   assert mask.shape == (2, layout.length - 1)
   assert mask[0].sum() == mw.STATE_TOKENS + 2 and mask[1].sum() == mw.STATE_TOKENS + 1
   assert mask[1, layout.prompt - 1] == 0  # a random action is not a target
+  weighted = rwom.loss_mask(layout, np.array([1.0, 0.0]), milestone_weight=10.0)
+  assert weighted[0, layout.reward - 1] == 10.0
+  np.testing.assert_array_equal(
+    np.delete(weighted, layout.reward - 1, 1), np.delete(mask, layout.reward - 1, 1)
+  )
 
 
 def test_causal_mask_hides_the_next_state(world):
@@ -269,6 +274,33 @@ def test_listwise_and_absolute_choice():
   picks = {int(rwom.absolute_choice(close, jax.random.key(s))[0]) for s in range(20)}
   assert picks == {0, 1}
   assert int(rwom.listwise_choice(close)[0][0]) == 0
+  # nothing on track: a predicted no-op outranks a click that must be undone, not a milestone
+  stuck = jnp.array([[[0.05, 0.9, 0.9], [0.02, 0.9, 0.9], [0.9, 0.9, 0.9]]])
+  unchanged = jnp.array([[False, True, False]])
+  assert int(rwom.listwise_choice(stuck[:, :2], unchanged[:, :2], 0.5)[0][0]) == 1
+  assert int(rwom.listwise_choice(stuck[:, :2])[0][0]) == 0
+  assert int(rwom.listwise_choice(stuck, unchanged, 0.5)[0][0]) == 2
+
+
+def test_planner_with_the_true_environment_prefers_progress_then_a_no_op():
+  config = tiny_config()
+  world = importlib.import_module("methods.rwom.world")
+  agents = importlib.import_module("methods.rwom.agents")
+  env = world.env_of(config)
+  tasks = importlib.import_module("methods.rwom.phases").split_tasks(config, "seen", 2, (1,), 3)
+  expert = np.asarray(env.expert(tasks.layout, tasks.start, tasks.goal))
+  shown = np.asarray(world.world_of(config).layouts.labels)[tasks.layout, 0]  # home screen menus
+  wrong = np.array(
+    [next(a for a in row if a >= 0 and a != e) for row, e in zip(shown, expert, strict=True)]
+  )
+  candidates = np.stack([wrong, np.full(2, mw.OK), expert], 1).astype(np.int32)
+  candidates[1, 2] = next(a for a in shown[1] if a >= 0 and a not in (expert[1], wrong[1]))
+  ev = type("Ev", (), {"env": env, "config": config})()
+  choice = agents.true_world_model_choice(ev, tasks, np.asarray(tasks.start), candidates)
+  np.testing.assert_array_equal(choice, [expert[0], mw.OK])  # `ok` at home changes nothing
+  config.eval.no_op_value = 0.0  # the flags alone: the no-op ties the wrong clicks
+  ties = agents.true_world_model_choice(ev, tasks, np.asarray(tasks.start), candidates)
+  assert ties[0] == expert[0] and ties[1] == wrong[1]  # argmax takes the first of the tied
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -284,7 +316,7 @@ def tiny_config():
   config.steps = 4
   config.batch_size = 16
   config.eval.update(num_tasks=4, num_agent_tasks=4, horizon=3, contexts=("none", "retrieved"))
-  config.eval.agents = ("none", "rag", "wm", "rwom", "oracle")
+  config.eval.agents = ("none", "rag", "wm", "rwom", "true_wm", "oracle")
   config.loop.update(log_every=2, checkpoint_every=2)
   return config
 
@@ -305,6 +337,16 @@ def test_run_writes_the_issue_keys_and_report(tmp_path):
   assert "rwom_study" in report.figures
   arms = rwom_method.study_arms(rwom_config.get_config("study"))
   assert [name for name, _ in arms] == ["seed0", "seed1"]
+  weighted = rwom_config.get_config("reward_weighted")
+  arms = rwom_method.study_arms(weighted)
+  assert [name for name, _ in arms] == ["w1_seed0", "w1_seed1", "w10_seed0", "w10_seed1"]
+  assert [arm.milestone_weight for _, arm in arms] == [1.0, 1.0, 10.0, 10.0]
+  config.study.milestone_weights = (1.0, 10.0)
+  arm_results = {"w1_seed0": results, "w1_seed1": results, "w10_seed0": results}
+  report = rwom_method.report(config, arm_results)
+  assert [row["milestone weight"] for row in report.rows] == ["1"] * 3 + ["10"] * 3
+  assert report.summary["success_rwom_w10"] == pytest.approx(results["success_rwom"])
+  assert "rwom_reward" in report.figures
 
 
 @pytest.mark.parametrize(
@@ -317,12 +359,14 @@ def test_run_writes_the_issue_keys_and_report(tmp_path):
     ("eval.contexts", ("none",), "config.eval.contexts: needs 'none' and 'retrieved'"),
     ("data.epsilon", 1.5, r"config.data.epsilon: must be in \[0, 1\]"),
     ("model.num_heads", 3, "config.model.num_heads: 3 must divide width"),
+    ("eval.no_op_value", 1.0, r"config.eval.no_op_value: must be in \[0, 1\)"),
+    ("milestone_weight", 0.0, "config.milestone_weight: must be > 0"),
   ],
 )
 def test_bad_fields_are_named(field, value, message):
   config = tiny_config()
-  section, name = field.split(".")
-  config[section][name] = value
+  *section, name = field.split(".")
+  (config[section[0]] if section else config)[name] = value
   with pytest.raises(ConfigError, match=message):
     loop.validate(config, data_devices=1)
 

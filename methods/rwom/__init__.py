@@ -46,12 +46,20 @@ POSITIVE_FIELDS = (
   "eval.imagine_steps",
   "eval.budget_factor",
 )
-AGENTS = ("none", "rag", "oracle") + tuple(WORLD_MODEL_AGENTS)
+AGENTS = ("none", "rag", "true_wm", "oracle") + tuple(WORLD_MODEL_AGENTS)
 
 
 def validate(config: ml_collections.ConfigDict) -> None:
   for field in POSITIVE_FIELDS:
     require_positive_int(config, field)
+  require(
+    config.milestone_weight > 0, "milestone_weight", f"must be > 0, got {config.milestone_weight}"
+  )
+  require(
+    0.0 <= config.eval.no_op_value < 1.0,
+    "eval.no_op_value",
+    f"must be in [0, 1) (below one milestone), got {config.eval.no_op_value}",
+  )
   w, d, e, m = config.world, config.data, config.eval, config.model
   require(
     w.num_apps <= 256, "world.num_apps", f"at most 256 (two-word app names), got {w.num_apps}"
@@ -108,6 +116,8 @@ def validate(config: ml_collections.ConfigDict) -> None:
     f"at most 8 (the fewest valid actions), got {e.candidates}",
   )
   require(len(config.study.seeds) > 0, "study.seeds", "needs at least one seed")
+  weights = tuple(config.study.milestone_weights)
+  require(all(w > 0 for w in weights), "study.milestone_weights", f"must be > 0, got {weights}")
   if config.variant == "gpu" or config.model.checkpoint or config.data.data_dir:
     _validate_paper_scale(config)
 

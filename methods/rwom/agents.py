@@ -9,7 +9,13 @@ stand-in for the paper's policy samples); then
                  tutorials, and picks by the listwise reward (the ungrounded world model);
   rwom           the same with the retrieved tutorials (R-WoM);
   rwom_absolute  R-WoM with absolute per-rollout scores instead of the listwise comparison;
+  true_wm        the planner of `rwom` with a perfect world model: each proposal's k-step rollout is
+                 the true environment's (the expert continuing it) with its true milestone flags,
+                 chosen by the same rule; the ceiling of the planner itself;
   oracle         picks the proposal that the true environment says brings the task closest.
+
+The world-model agents add `eval.no_op_value` to the value of a proposal whose imagined next state
+equals the current one (`core.rwom.rollout_value`).
 
 A task succeeds when all its settings are on within `eval.budget_factor` times the expert's steps.
 """
@@ -91,6 +97,8 @@ def run_agent(ev, tasks, name: str, context_headers, rng) -> np.ndarray:
       action = follower.act(state, pending_index(state, tasks.goal))
     elif name == "oracle":
       action = oracle_choice(ev, tasks, state, candidates)
+    elif name == "true_wm":
+      action = true_world_model_choice(ev, tasks, state, candidates)
     else:
       action = world_model_choice(ev, tasks, state, candidates, heads, name, rng, t)
     stepped = np.asarray(ev.env.step(tasks.layout, state, action))
@@ -106,6 +114,24 @@ def oracle_choice(ev, tasks, state, candidates) -> np.ndarray:
   return candidates[np.arange(n), np.argmin(dist, 1)]
 
 
+def true_world_model_choice(ev, tasks, state, candidates) -> np.ndarray:
+  """The listwise rule on true rollouts: each candidate, then `imagine_steps - 1` expert steps, with
+  the environment's milestone flags."""
+  n, m = candidates.shape
+  layout, goal = np.repeat(tasks.layout, m), np.repeat(tasks.goal, m, 0)
+  current, action = np.repeat(state, m, 0), candidates.reshape(-1)
+  flags, unchanged = [], None
+  for _ in range(ev.config.eval.imagine_steps):
+    nxt = np.asarray(ev.env.step(layout, current, action))
+    flags.append(np.asarray(ev.env.reward(layout, current, nxt, goal)))
+    if unchanged is None:
+      unchanged = np.all(nxt == current, -1).reshape(n, m)
+    current, action = nxt, np.asarray(ev.env.expert(layout, nxt, goal))
+  milestones = np.stack(flags, -1).reshape(n, m, -1).astype(np.float32)
+  choice, _ = rwom.listwise_choice(milestones, unchanged, ev.config.eval.no_op_value)
+  return candidates[np.arange(n), np.asarray(choice)]
+
+
 def world_model_choice(ev, tasks, state, candidates, heads, name, rng, t) -> np.ndarray:
   """Eq. 10 for every candidate (one batched call), then Eq. 11 (or absolute scores)."""
   n, m = candidates.shape
@@ -115,10 +141,13 @@ def world_model_choice(ev, tasks, state, candidates, heads, name, rng, t) -> np.
   actions[:, 0] = candidates.reshape(-1)
   imagined = ev.imagine(np.repeat(heads, m, 0), np.repeat(tasks.goal, m, 0), tokens, actions)
   milestones = imagined.milestone.reshape(n, m, k)
+  unchanged = np.all(np.asarray(imagined.states[:, 0]) == tokens, -1).reshape(n, m)
+  no_op_value = ev.config.eval.no_op_value
   if name == "rwom_absolute":
-    choice = rwom.absolute_choice(milestones, jax.random.fold_in(rng, t))
+    rng = jax.random.fold_in(rng, t)
+    choice = rwom.absolute_choice(milestones, rng, unchanged, no_op_value)
   else:
-    choice, _ = rwom.listwise_choice(milestones)
+    choice, _ = rwom.listwise_choice(milestones, unchanged, no_op_value)
   return candidates[np.arange(n), np.asarray(choice)]
 
 

@@ -86,7 +86,7 @@ def transition_sequences(
   tokens = np.concatenate([head, np.asarray(body)], 1)
   return {
     "tokens": tokens,
-    "mask": rwom.loss_mask(world.layout, out["is_expert"][task, t]),
+    "mask": rwom.loss_mask(world.layout, out["is_expert"][task, t], config.milestone_weight),
     "reward": out["reward"][task, t],
   }
 

@@ -1,5 +1,6 @@
-"""R-WoM's study: one arm per seed (world, data, model); the table of agents and probes per split with
-mean ± std over seeds, the summary (issue keys with 95% intervals) and the figure by horizon."""
+"""R-WoM's study: one arm per seed (world, data, model), or per milestone weight and seed; the table of
+agents and probes per split with mean ± std over seeds, the summary (issue keys with 95% intervals)
+and the figure by horizon (or, over weights, of milestone recognition and agent success)."""
 
 from __future__ import annotations
 
@@ -27,10 +28,26 @@ CONTEXT_STYLE = {
 
 
 def study_arms(config: ml_collections.ConfigDict):
+  """One arm per seed (world, data, model); with `study.milestone_weights`, one per weight and seed,
+  named `w<weight>_seed<seed>`."""
+  weights = tuple(config.study.get("milestone_weights", ()))
+  if not weights:
+    return [
+      (f"seed{seed}", with_changes(config, seed=seed, world__world_seed=seed))
+      for seed in config.study.seeds
+    ]
   return [
-    (f"seed{seed}", with_changes(config, seed=seed, world__world_seed=seed))
+    (
+      f"{_weight_prefix(w)}seed{seed}",
+      with_changes(config, seed=seed, world__world_seed=seed, milestone_weight=float(w)),
+    )
+    for w in weights
     for seed in config.study.seeds
   ]
+
+
+def _weight_prefix(weight) -> str:
+  return f"w{float(weight):g}_"
 
 
 def _values(results, key):
@@ -157,7 +174,88 @@ def _figure(config, results, summary):
   return fig
 
 
+def _weighted_report(config, results) -> Report:
+  """Per milestone weight: the table rows (a `milestone weight` column), the summary keys with a
+  `_w<weight>` suffix and the figure of milestone recognition and agent success by weight."""
+  rows, summary, notes, groups = [], {}, [], {}
+  for w in config.study.milestone_weights:
+    prefix = _weight_prefix(w)
+    group = {k: v for k, v in results.items() if k.startswith(prefix)}
+    if not group:
+      continue
+    groups[float(w)] = group
+    rows += [{"milestone weight": f"{float(w):g}", **row} for row in _rows(config, group)]
+    part = _summary(config, group)
+    summary.update({f"{k}_{prefix[:-1]}": v for k, v in part.items()})
+    notes.append(f"milestone weight {float(w):g}: " + _notes(config, part).replace("\n", "; "))
+  return Report(
+    rows=rows,
+    summary=summary,
+    figures={"rwom_reward": _reward_figure(config, groups)},
+    notes="\n".join(notes),
+  )
+
+
+def _reward_figure(config, groups):
+  """Milestone balanced accuracy with and without tutorials, and agent success, by weight."""
+  e = config.eval
+  test_splits = [s for s in e.splits if s != "seen"] or list(e.splits)
+  fig, axes = figure_grid(1, 2, figsize=(11, 3.8))
+  ax = axes[0, 0]
+  names = [f"w = {w:g}" for w in groups]
+  for j, context in enumerate(("none", "retrieved")):
+    cells = [
+      _interval(
+        [
+          np.mean([arm[f"milestone_balanced_accuracy_{context}_{s}"] for s in test_splits])
+          for arm in group.values()
+        ]
+      )
+      for group in groups.values()
+    ]
+    means, halves = (np.asarray(v) for v in zip(*cells, strict=True))
+    ax.bar(
+      np.arange(len(groups)) + 0.4 * j,
+      100 * means,
+      0.4,
+      yerr=100 * halves,
+      color=CONTEXT_STYLE[context],
+      label=f"tutorials: {context}",
+    )
+  ax.set_xticks(np.arange(len(groups)) + 0.2, names)
+  ax.set_ylim(40, 100)
+  ax.axhline(50, color="k", lw=0.5)
+  ax.set_ylabel("milestone balanced accuracy (%)")
+  ax.set_title("milestone flag, novel + updated apps")
+  ax.legend(fontsize=8)
+  ax = axes[0, 1]
+  width = 0.8 / len(e.agents)
+  for i, agent in enumerate(e.agents):
+    cells = [
+      _interval(
+        [np.mean([arm[f"success_{agent}_{s}"] for s in e.agent_splits]) for arm in group.values()]
+      )
+      for group in groups.values()
+    ]
+    means, halves = (np.asarray(v) for v in zip(*cells, strict=True))
+    ax.bar(
+      np.arange(len(groups)) + i * width,
+      100 * means,
+      width,
+      yerr=100 * halves,
+      label=agent,
+    )
+  ax.set_xticks(np.arange(len(groups)) + 0.4 - width / 2, names)
+  ax.set_ylabel("task success (%), novel + updated")
+  ax.set_title("agents by milestone weight (95% interval over seeds)")
+  ax.legend(fontsize=7, ncol=2)
+  fig.tight_layout()
+  return fig
+
+
 def report(config, results: Mapping[str, Mapping]) -> Report:
+  if config.study.get("milestone_weights", ()):
+    return _weighted_report(config, results)
   summary = _summary(config, results)
   return Report(
     rows=_rows(config, results),
