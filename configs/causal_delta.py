@@ -15,13 +15,15 @@ Variants:
             ~15 min on 2 idle CPU cores. `--config.study.digit_arms='("vanilla", "sms", "cde")'`
             adds those arms on the data with digit objects (about 1.5 CPU-min each).
   gpu       paper scale on one accelerator: the 64x64 preset (100k train pairs, 10k per test split)
-            prepared ahead in --config.data.data_dir, a patch ViT encoder with a masked-reconstruction
-            warm-up, 30 epochs, 3 seeds vmapped.
+            prepared ahead in --config.data.data_dir, the paper's DINO ViT-S/16 backbone read from
+            --config.model.encoder_checkpoint (an .npz of its state dict, docs/paper_scale.md) and
+            fine-tuned on images upsampled to 128x128, 30 epochs, 3 seeds vmapped.
 
   python experiments/train.py --config=configs/causal_delta.py --workdir=runs/causal_delta
   python experiments/study.py --config=configs/causal_delta.py:study --workdir=runs/causal_delta_study
   python -m core.data.shape_triplets --config=single64 --data_dir=DIR   # once, for :gpu
-  python experiments/train.py --config=configs/causal_delta.py:gpu --config.data.data_dir=DIR
+  python experiments/train.py --config=configs/causal_delta.py:gpu --config.data.data_dir=DIR \
+    --config.model.encoder_checkpoint=dino_vits16.npz
 """
 
 import ml_collections
@@ -57,7 +59,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
   config.model = ml_collections.ConfigDict()
   config.model.kind = "cde_global"  # "cde_global" | "cde_patch" | "vanilla" | "icm" | "sms"
-  config.model.encoder = "cnn"  # "cnn" | "vit"
+  config.model.encoder = "cnn"  # "cnn" | "vit" (core/nn/vit.py: CLS token + patch grid)
   config.model.channels = (16, 32, 64)  # CNN widths
   config.model.strides = (2, 2, 1)  # CNN strides: 32x32 -> an 8x8 patch grid
   config.model.group_norm = False
@@ -65,6 +67,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.model.vit_width = 64
   config.model.vit_depth = 4
   config.model.vit_heads = 4
+  config.model.vit_mlp_ratio = 4
+  config.model.vit_image_size = 0  # images resized to this before the ViT (0 = data.image_size)
+  # a DINO ViT state dict saved as .npz (core/nn/vit_convert.py); "" = the encoder starts at random
+  config.model.encoder_checkpoint = ""
   config.model.embed_dim = 64  # l: projector output (the delta's dimension)
   config.model.hidden = 128  # projector hidden width
   config.model.classifier_hidden = 128  # CDE classifier on the delta: MLP width (0 = linear)
@@ -126,16 +132,17 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.data.num_train = 100_000
     config.data.num_eval = 10_000
     config.data.generate = False
+    # the paper's backbone: DINO ViT-S/16, fine-tuned end to end (--config.model.encoder_checkpoint)
     config.model.encoder = "vit"
-    config.model.vit_patch = 8  # 64x64 -> an 8x8 patch grid
-    config.model.vit_width = 192
-    config.model.vit_depth = 6
+    config.model.vit_patch = 16
+    config.model.vit_width = 384
+    config.model.vit_depth = 12
     config.model.vit_heads = 6
+    config.model.vit_image_size = 128  # 64x64 images upsampled: an 8x8 grid of DINO's 16-px patches
     config.model.hidden = 256
     config.batch_size = 256
     config.steps = 30 * 100_000 // 256  # 30 epochs (Causal Triplet's default)
-    config.optim.learning_rate = 3e-4
-    config.warmup.steps = 3_000
+    config.optim.learning_rate = 1e-4  # fine-tuning a pretrained backbone
     config.warmup.batch_size = 256
     config.eval.chunk = 1_000
     config.eval.num_train = 10_000

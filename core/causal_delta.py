@@ -19,16 +19,17 @@ action classifier, and training minimises (Sec. 3.3)
 with `P(i)` the other batch items of the same action (Khosla et al. 2020, supervised contrastive).
 
 Models (`DeltaPairModel.kind`):
-  cde_global  Model A: the global feature (mean of the encoder's patch grid; the paper's DINO CLS
-              token) -> projector MLP -> delta -> classifier (an MLP, or linear).
+  cde_global  Model A: the global feature (the ViT's CLS token, as the paper's DINO; the mean of the
+              CNN's patch grid) -> projector MLP -> delta -> classifier (an MLP, or linear).
   cde_patch   Model B (multi-object scenes): the projector on every patch, per-patch deltas, the
               Top-K patches by ||delta_patch||_2; the classifier sees their mean (`aggregate`) or
               each of them (`per_patch`: CE, SupCon and L1 on every selected patch, and the pair's
               logits are the mean of the patches' logits).
-  vanilla     the ResPair baseline of Causal Triplet (`model/respair.py`, "subcon"): `p = ReLU(W h)`,
-              `z = MLP([p1, p2 - p1])`, linear classifier on `z`. ICM adds an adversary that
-              predicts the object from `z` (see `methods/causal_delta/__init__.py`); SMS adds the
-              block-invariance loss below on `(p1, p2)`.
+  vanilla     the ResPair baseline of Causal Triplet (`model/respair.py`, "subcon") on the same
+              global feature `h`: `p = ReLU(W h)`, `z = MLP([p1, p2 - p1])`, linear classifier
+              on `z`. ICM adds an adversary that predicts the object from `z` (see
+              `methods/causal_delta/__init__.py`); SMS adds the block-invariance loss below on
+              `(p1, p2)`.
 
 SMS baseline (sparse mechanism shift; Causal Triplet `sparsity/block.py` and `main.py`): the
 projection `p` is cut into one block of latent variables per action, an antonym pair sharing a block
@@ -74,6 +75,15 @@ _EPS = 1e-8
 def delta_embedding(before: jax.Array, after: jax.Array) -> jax.Array:
   """`delta = p(x~) - p(x)` (Sec. 3): zero exactly when the two projections are equal."""
   return after - before
+
+
+def encoder_features(features) -> tuple[jax.Array, jax.Array | None]:
+  """`(patch grid [B, h, w, C], global feature [B, C] or None)` of an encoder's output: a plain array
+  is a grid whose cell mean serves as the global feature (the CNN); a ViT's `ViTFeatures` carry the
+  CLS token, the global feature of the paper's Model A."""
+  if hasattr(features, "cls"):
+    return features.grid, features.cls
+  return features, None
 
 
 def top_k_patches(patch_deltas: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
@@ -127,10 +137,11 @@ class DeltaPairModel(nn.Module):
   def __call__(self, before: jax.Array, after: jax.Array) -> PairOutput:
     if self.kind not in KINDS:
       raise ValueError(f"DeltaPairModel: kind must be one of {KINDS}, got {self.kind!r}")
-    grid = self.encoder(jnp.concatenate([before, after]))
+    grid, global_feature = encoder_features(self.encoder(jnp.concatenate([before, after])))
     cells = grid.reshape(grid.shape[0], -1, grid.shape[-1])  # [2B, P, C]
+    pooled = cells.mean(axis=1) if global_feature is None else global_feature
     if self.kind == "vanilla":
-      return self._respair(cells.mean(axis=1))
+      return self._respair(pooled)
     if self.classifier_hidden:
       classifier = Projector(self.classifier_hidden, self.num_actions, name="classifier")
     else:
@@ -150,7 +161,6 @@ class DeltaPairModel(nn.Module):
         patch_logits=patch_logits,
         patch_index=index,
       )
-    pooled = cells.mean(axis=1)
     p1, p2 = jnp.split(Projector(self.hidden, self.embed_dim, name="projector")(pooled), 2)
     embedding = delta_embedding(p1, p2)
     return PairOutput(classifier(embedding), embedding, p1, p2)
@@ -305,7 +315,7 @@ class MaskedReconstruction(nn.Module):
     grid_h, grid_w = cell_mask.shape[1:]
     ph, pw = height // grid_h, width // grid_w
     pixel_mask = jnp.repeat(jnp.repeat(cell_mask, ph, axis=1), pw, axis=2)[..., None]
-    features = self.encoder(jnp.where(pixel_mask, 0.5, images))
+    features, _ = encoder_features(self.encoder(jnp.where(pixel_mask, 0.5, images)))
     cells = nn.Dense(ph * pw * channels, name="decoder")(features)
     cells = cells.reshape(batch, grid_h, grid_w, ph, pw, channels).transpose(0, 1, 3, 2, 4, 5)
     return cells.reshape(batch, height, width, channels)

@@ -1,7 +1,7 @@
 """Causal delta embeddings: ShapeTriplet splits and renderer (shapes, and shapes with digit objects),
 the losses at known inputs (SupCon, L1, the SMS baseline's block MSE), the zero delta of an
-intervention that changes nothing, a few steps of every model through the loop, the study report,
-and configuration errors naming the field."""
+intervention that changes nothing, a few steps of every model through the loop, a DINO-layout ViT
+checkpoint through the method config, the study report, and configuration errors naming the field."""
 
 import dataclasses
 import hashlib
@@ -16,7 +16,9 @@ import pytest
 from configs import causal_delta as cde_config
 from core import causal_delta as cde
 from core.data import shape_triplets as triplets
-from core.nn.cnn import ConvEncoder, PatchViT
+from core.nn import vit_convert
+from core.nn.cnn import ConvEncoder
+from core.nn.vit import ViT
 from experiments import loop
 from methods import causal_delta
 from methods.base import ConfigError, with_changes
@@ -241,11 +243,15 @@ def test_top_k_keeps_the_largest_patch_deltas():
   np.testing.assert_array_equal(selected[0], deltas[0, jnp.array([4, 1])])
 
 
-def test_vit_encoder_gives_the_patch_grid():
-  vit = PatchViT(patch=4, width=16, depth=1, num_heads=2)
-  images = jnp.zeros((2, 32, 32, 3))
-  grid = vit.apply(vit.init(jax.random.key(0), images), images)
-  assert grid.shape == (2, 8, 8, 16)
+def test_vit_encoder_gives_the_cls_token_and_the_patch_grid():
+  images = jax.ShapeDtypeStruct((2, 32, 32, 3), jnp.float32)
+  for image_size, grid in ((0, 8), (48, 12)):
+    vit = ViT(patch=4, width=16, depth=1, num_heads=2, image_size=image_size)
+    out, params = jax.eval_shape(vit.init_with_output, jax.random.key(1), images)
+    chex.assert_shape((out.cls, out.grid), [(2, 16), (2, grid, grid, 16)])
+    assert params["params"]["pos_embed"].shape == (1, 1 + grid * grid, 16)
+    feature_grid, global_feature = cde.encoder_features(out)
+    assert feature_grid is out.grid and global_feature is out.cls  # Model A reads the CLS token
 
 
 def test_probes_at_known_embeddings():
@@ -359,6 +365,100 @@ def test_study_report_states_the_claims(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------------
+# A pretrained ViT through the method config
+# ---------------------------------------------------------------------------------------------------
+
+VIT = dict(encoder="vit", vit_patch=4, vit_width=16, vit_depth=1, vit_heads=2, vit_mlp_ratio=2)
+
+
+def dino_layout_state_dict(width=16, depth=1, patch=4, mlp=32, grid=3, seed=0):
+  """Random arrays under DINO's torch names and layouts (`core/nn/vit_convert.py`), at a `grid`
+  position table other than the model's, so the converter resizes it."""
+  rng = np.random.default_rng(seed)
+  shapes = {
+    "cls_token": (1, 1, width),
+    "pos_embed": (1, 1 + grid * grid, width),
+    "patch_embed.proj.weight": (width, 3, patch, patch),
+    "patch_embed.proj.bias": (width,),
+    "norm.weight": (width,),
+    "norm.bias": (width,),
+  }
+  for i in range(depth):
+    for name, shape in (
+      ("norm1", (width,)),
+      ("norm2", (width,)),
+      ("attn.qkv", (3 * width, width)),
+      ("attn.proj", (width, width)),
+      ("mlp.fc1", (mlp, width)),
+      ("mlp.fc2", (width, mlp)),
+    ):
+      shapes[f"blocks.{i}.{name}.weight"] = shape
+      shapes[f"blocks.{i}.{name}.bias"] = (shape[0],)
+  return {k: (0.1 * rng.standard_normal(v)).astype(np.float32) for k, v in shapes.items()}
+
+
+def pretrained_config(tmp_path, state_dict):
+  path = tmp_path / "dino.npz"
+  np.savez(path, **state_dict)
+  config = tiny_config(tmp_path, **{f"model__{k}": v for k, v in VIT.items()})
+  config.model.encoder_checkpoint = str(path)
+  return config
+
+
+def init_jitted(config):
+  return jax.jit(lambda key: phases_lib.init_state(config, key, {}))(jax.random.key(0))
+
+
+def test_pretrained_vit_starts_every_seed(tmp_path):
+  state_dict = dino_layout_state_dict()
+  config = pretrained_config(tmp_path, state_dict)
+  causal_delta.validate(config)
+  expected = vit_convert.dino_to_flax(state_dict, phases_lib.encoder_of(config), 32)["params"]
+  assert expected["pos_embed"].shape == (1, 65, 16)  # the 3x3 table resized to the 8x8 grid
+  # the state's tree (traced, not compiled) holds the converted encoder for every seed
+  abstract = jax.eval_shape(lambda key: phases_lib.init_state(config, key, {}), jax.random.key(0))
+  stacked = jax.tree.map(lambda a: (config.num_seeds, *a.shape), expected)
+  chex.assert_trees_all_equal(
+    jax.tree.map(lambda a: a.shape, abstract["params"]["params"]["encoder"]), stacked
+  )
+  params = phases_lib.with_pretrained_encoder(config, {"params": {"encoder": None, "head": 1}})
+  assert params["params"]["head"] == 1
+  for seed in range(config.num_seeds):
+    encoder = jax.tree.map(lambda a, s=seed: a[s], params["params"]["encoder"])
+    chex.assert_trees_all_close(encoder, expected)
+
+
+@pytest.mark.slow
+def test_the_pretrained_vit_is_fine_tuned_through_the_loop(tmp_path):
+  config = pretrained_config(tmp_path, dino_layout_state_dict())
+  state = init_jitted(config)
+  batch = phases_lib.train_batches(config).batch(0)
+  new, metrics = jax.jit(lambda s, b: phases_lib.train_step(config, s, b, None))(state, batch)
+  assert all(np.isfinite(float(v)) for v in metrics.values())
+  encoder = lambda s: s["params"]["params"]["encoder"]  # noqa: E731
+  assert not np.allclose(encoder(new)["cls_token"], encoder(state)["cls_token"])
+  assert not np.allclose(
+    encoder(new)["blocks_0"]["attn"]["qkv"]["kernel"],
+    encoder(state)["blocks_0"]["attn"]["qkv"]["kernel"],
+  )
+  arm = with_changes(config, steps=2, warmup__steps=1, warmup__batch_size=16)  # warm-up from DINO
+  summary = loop.run(arm, str(tmp_path / "run"))
+  assert (
+    math.isfinite(summary.results["ood_accuracy"]) and 0 <= summary.results["iid_accuracy"] <= 1
+  )
+
+
+def test_a_checkpoint_that_does_not_fit_names_the_field_and_the_key(tmp_path):
+  state_dict = dino_layout_state_dict()
+  del state_dict["blocks.0.mlp.fc2.bias"]
+  config = pretrained_config(tmp_path, state_dict)
+  with pytest.raises(
+    ConfigError, match=r"^config\.model\.encoder_checkpoint: .*blocks.0.mlp.fc2.bias"
+  ):
+    phases_lib.with_pretrained_encoder(config, {"params": {}})
+
+
+# ---------------------------------------------------------------------------------------------------
 # Configuration
 # ---------------------------------------------------------------------------------------------------
 
@@ -382,6 +482,13 @@ def test_study_report_states_the_claims(tmp_path):
       dict(data__objects="shapes_digits", data__num_syst_objects=18),
       "config.data.num_syst_objects: must be below the 18 classes",
     ),
+    (dict(model__encoder="vit", model__vit_patch=5), "config.model.vit_patch: must divide"),
+    (dict(model__encoder="vit", model__vit_image_size=-1), "config.model.vit_image_size: must"),
+    (dict(model__encoder_checkpoint="dino.npz"), "config.model.encoder: a DINO checkpoint needs"),
+    (
+      dict(model__encoder="vit", model__encoder_checkpoint="missing.npz"),
+      "config.model.encoder_checkpoint: no file at 'missing.npz'; expected DINO ViT-S/16",
+    ),
   ],
 )
 def test_bad_fields_are_named(tmp_path, changes, message):
@@ -392,3 +499,10 @@ def test_bad_fields_are_named(tmp_path, changes, message):
 def test_gpu_variant_without_prepared_data_names_the_field():
   with pytest.raises(ConfigError, match=r"^config\.data\.data_dir: not set;.*single64"):
     causal_delta.validate(cde_config.get_config("gpu"))
+
+
+def test_gpu_variant_without_the_dino_weights_names_the_field():
+  config = cde_config.get_config("gpu")
+  config.data.generate = True  # past the data check
+  with pytest.raises(ConfigError, match=r"^config\.model\.encoder_checkpoint: not set;.*\.npz"):
+    causal_delta.validate(config)

@@ -61,7 +61,8 @@ def apply_rules(
 ) -> dict:
   """`{"params": tree}` from `state_dict` by `rules`; `expected` is `param_shapes` of the model.
   `source` names the checkpoint family in errors; keys in `shape_checked_by_rule` (e.g. a position
-  table that the rule interpolates) skip the shape check here because their rule does its own."""
+  table that the rule interpolates) skip the shape check here because their rule does its own.
+  Converted arrays are cast to `dtype` and stay numpy where the rule gives numpy."""
   _check_keys(state_dict, rules, source)
   flat: dict[Path, jax.Array] = {}
   for key, (shape, convert) in rules.items():
@@ -77,10 +78,18 @@ def apply_rules(
         raise CheckpointError(
           f"{key}: converts to {tuple(array.shape)}, the model has {expected[path]}"
         )
-      flat[path] = jnp.asarray(array, dtype)
+      flat[path] = _cast(array, dtype)
   if flat.keys() != expected.keys():
     raise CheckpointError(f"no {source} key for {sorted(expected.keys() - flat.keys())[:5]}")
   return {"params": unflatten(flat)}
+
+
+def _cast(array, dtype):
+  """numpy stays numpy (host memory; safe to cache even when first built inside a trace), jax
+  stays jax (a checkpoint read onto the device is not copied back to the host)."""
+  if isinstance(array, np.ndarray):
+    return np.asarray(array, np.dtype(dtype))
+  return jnp.asarray(array, dtype)
 
 
 def unflatten(flat: Mapping[Path, jax.Array]) -> dict:

@@ -14,8 +14,11 @@ Map to the paper:
                                  noise), Causal Triplet's comp / noun splits plus scene and
                                  multi-object variants, optionally 10 handwritten-digit classes
                                  (scikit-learn's bundled digits), as a tfds builder.
-  `core/nn/cnn.py`               the encoders: a small CNN (default) and a patch ViT on the shared
-                                 transformer (gpu).
+  `core/nn/cnn.py`               the small CNN encoder (default): a patch grid, its mean global.
+  `core/nn/vit.py`               the ViT encoder in DINO's layout (CLS token = Model A's global
+                                 feature, patch tokens = Model B's grid); `model.encoder = "vit"`.
+  `core/nn/vit_convert.py`       DINO's released ViT state dict (saved as .npz) -> its parameters,
+                                 with DINO's bicubic resize of the position table (gpu: ViT-S/16).
   `core/causal_delta.py`         delta embeddings (Model A global, Model B Top-K patches), the loss
                                  (CE, SupCon, L1), the ResPair head, the ICM adversary and the SMS
                                  block-invariance loss (Causal Triplet's), the masked-
@@ -32,9 +35,10 @@ the probes on the IID split (`delta_sparsity`, `invariance_ratio`, `object_depen
 patch model; every one also `_per_seed`; plus seed 0's `projection_2d`, `cosine_matrix` and
 example predictions for the figures.
 
-Choices where the paper is open: no pretrained DINO offline, so the encoder is trained end to end
-from scratch for every model (optionally after a masked-reconstruction warm-up); the baselines use
-the same encoder and budget; "ICM" uses the action adversary only (Causal Triplet's state critic is
+Choices where the paper is open: the CPU variants have no pretrained DINO, so the encoder is trained
+end to end from scratch for every model (optionally after a masked-reconstruction warm-up); the `gpu`
+variant fine-tunes DINO ViT-S/16 from `model.encoder_checkpoint`, as the paper does; the baselines
+use the same encoder and budget; "ICM" uses the action adversary only (Causal Triplet's state critic is
 off); "SMS" is Causal Triplet's block-sparsity regulariser on ResPair's projections, its blocks
 taken from the action labels as there (antonyms share one; here they coincide with the attribute
 families), weight `loss.sms = 1` (the top of Causal Triplet's 0.001-1 sweep); Adam at 3e-3 with
@@ -50,7 +54,7 @@ from __future__ import annotations
 import ml_collections
 
 from core.data import shape_triplets as triplets
-from methods.base import Method, require, require_choice, require_positive_int
+from methods.base import Method, require, require_choice, require_file, require_positive_int
 from methods.causal_delta import phases as phases_lib
 from methods.causal_delta import study as study_lib
 from methods.causal_delta.phases import phases
@@ -99,6 +103,21 @@ def _validate_data(config: ml_collections.ConfigDict) -> None:
     )
 
 
+def _validate_vit(config: ml_collections.ConfigDict) -> None:
+  m = config.model
+  for field in ("model.vit_patch", "model.vit_width", "model.vit_depth", "model.vit_heads"):
+    require_positive_int(config, field)
+  require_positive_int(config, "model.vit_mlp_ratio")
+  require(
+    isinstance(m.vit_image_size, int) and m.vit_image_size >= 0,
+    "model.vit_image_size",
+    f"must be an int >= 0 (0 = data.image_size), got {m.vit_image_size!r}",
+  )
+  size = m.vit_image_size or config.data.image_size
+  require(size % m.vit_patch == 0, "model.vit_patch", f"must divide the ViT's image size {size}")
+  require(m.vit_width % m.vit_heads == 0, "model.vit_heads", "must divide model.vit_width")
+
+
 def validate(config: ml_collections.ConfigDict) -> None:
   _validate_data(config)
   m = config.model
@@ -122,11 +141,16 @@ def validate(config: ml_collections.ConfigDict) -> None:
       f"needs one stride per channel width, got {len(m.strides)} for {len(m.channels)}",
     )
   else:
-    require(
-      config.data.image_size % m.vit_patch == 0, "model.vit_patch", "must divide data.image_size"
-    )
-    require(
-      m.vit_width % (2 * m.vit_heads) == 0, "model.vit_heads", "vit_width / vit_heads must be even"
+    _validate_vit(config)
+  if config.variant == "gpu" or m.encoder_checkpoint:
+    require(m.encoder == "vit", "model.encoder", "a DINO checkpoint needs 'vit'")
+    require_file(
+      config,
+      "model.encoder_checkpoint",
+      "DINO ViT-S/16's state dict (torch names) saved as .npz",
+      "download dino_deitsmall16_pretrain.pth (github.com/facebookresearch/dino) and save it once "
+      "with torch: np.savez('dino_vits16.npz', **{k: v.float().numpy() for k, v in "
+      "torch.load(path, map_location='cpu').items()})",
     )
   grid = phases_lib.grid_shape(config)
   require(

@@ -21,8 +21,10 @@ import optax
 from core import causal_delta as cde
 from core.data import batching
 from core.data import shape_triplets as triplets
-from core.nn.cnn import ConvEncoder, PatchViT
-from methods.base import Phase, cached_per_config
+from core.nn import vit_convert
+from core.nn.cnn import ConvEncoder
+from core.nn.vit import ViT
+from methods.base import ConfigError, Phase, cached_per_config
 
 MODEL_KINDS = ("cde_global", "cde_patch", "vanilla", "icm", "sms")
 BASELINES = ("vanilla", "icm", "sms")  # the ResPair pair model, with CE (+ the baseline's term)
@@ -108,8 +110,38 @@ def as_images(pixels: jax.Array) -> jax.Array:
 def encoder_of(config: ml_collections.ConfigDict):
   m = config.model
   if m.encoder == "vit":
-    return PatchViT(patch=m.vit_patch, width=m.vit_width, depth=m.vit_depth, num_heads=m.vit_heads)
+    return ViT(
+      patch=m.vit_patch,
+      width=m.vit_width,
+      depth=m.vit_depth,
+      num_heads=m.vit_heads,
+      mlp_ratio=m.vit_mlp_ratio,
+      image_size=m.vit_image_size,
+    )
   return ConvEncoder(channels=tuple(m.channels), strides=tuple(m.strides), group_norm=m.group_norm)
+
+
+@cached_per_config(maxsize=2)
+def pretrained_encoder(config: ml_collections.ConfigDict) -> dict:
+  """The encoder's parameters from `config.model.encoder_checkpoint` (a DINO ViT state dict saved as
+  `.npz`, converted by `core.nn.vit_convert`); a key that does not fit is named in a `ConfigError`."""
+  try:
+    state_dict = vit_convert.read_npz(config.model.encoder_checkpoint)
+    converted = vit_convert.dino_to_flax(state_dict, encoder_of(config), config.data.image_size)
+    return converted["params"]
+  except (ValueError, OSError) as error:  # CheckpointError, or not an .npz of arrays
+    raise ConfigError(f"config.model.encoder_checkpoint: {error}") from None
+
+
+def with_pretrained_encoder(config: ml_collections.ConfigDict, params: dict) -> dict:
+  """`params` (stacked over seeds) with every seed's encoder replaced by the pretrained one, when
+  `config.model.encoder_checkpoint` names one (all seeds start from the same backbone)."""
+  if not config.model.encoder_checkpoint:
+    return params
+  stacked = jax.tree.map(
+    lambda a: jnp.broadcast_to(a, (config.num_seeds, *a.shape)), pretrained_encoder(config)
+  )
+  return {"params": {**params["params"], "encoder": stacked}}
 
 
 def model_of(config: ml_collections.ConfigDict) -> cde.DeltaPairModel:
@@ -180,7 +212,8 @@ def grid_shape(config: ml_collections.ConfigDict) -> tuple[int, int]:
   """The encoder's patch grid (h, w) at the configured image size."""
   encoder = encoder_of(config)
   images = jnp.zeros(_image_shape(config))
-  shape = jax.eval_shape(lambda: encoder.init_with_output(jax.random.key(0), images)[0]).shape
+  out = jax.eval_shape(lambda: encoder.init_with_output(jax.random.key(0), images)[0])
+  shape = cde.encoder_features(out)[0].shape
   return shape[1], shape[2]
 
 
@@ -190,6 +223,7 @@ def init_warmup(config, rng, inputs=None):
   opt = optimizer(config.warmup.learning_rate, config.optim.grad_clip)
   images, mask = jnp.zeros(_image_shape(config)), jnp.zeros((1, *grid_shape(config)), bool)
   params = jax.vmap(lambda key: model.init(key, images, mask))(seed_keys(rng, config.num_seeds))
+  params = with_pretrained_encoder(config, params)
   return {"params": params, "opt_state": jax.vmap(opt.init)(params)}
 
 
@@ -231,6 +265,8 @@ def init_state(config, rng, inputs) -> dict:
     params = {
       "params": {**params["params"], "encoder": inputs["warmup"]["params"]["params"]["encoder"]}
     }
+  else:
+    params = with_pretrained_encoder(config, params)
   state = {
     "params": params,
     "opt_state": jax.vmap(opt.init)(params),
