@@ -240,6 +240,47 @@ def test_state_tracker_shapes_and_scan_implementations_agree(kind, layers):
     np.testing.assert_allclose(np.asarray(other), np.asarray(logits), atol=1e-4)
 
 
+def test_gru_block_is_the_textbook_gru_then_the_decoder():
+  """Gating, state carry (from h_0 = 0) and readout of the GRU baseline, recomputed in numpy."""
+  block = ssm.Block(d_model=6, d_state=2, d_hidden=5, kind="gru")
+  u = np.asarray(jax.random.normal(jax.random.key(4), (1, 7, 6)))
+  params = block.init(jax.random.key(0), jnp.asarray(u))
+  p = jax.tree.map(np.asarray, params["params"])
+  cell = p["GRUCell_0"]
+  dense = lambda name, x: x @ cell[name]["kernel"] + cell[name].get("bias", 0.0)
+  sigmoid = lambda x: 1 / (1 + np.exp(-x))
+  h, features = np.zeros(4), []
+  for x in u[0]:
+    r = sigmoid(dense("ir", x) + dense("hr", h))
+    z = sigmoid(dense("iz", x) + dense("hz", h))
+    n = np.tanh(dense("in", x) + r * dense("hn", h))
+    h = (1 - z) * n + z * h
+    features.append(h)
+  hidden = np.maximum(
+    np.concatenate([features, u[0]], -1) @ p["hidden"]["kernel"] + p["hidden"]["bias"], 0
+  )
+  expected = hidden @ p["out"]["kernel"] + p["out"]["bias"]
+  np.testing.assert_allclose(
+    np.asarray(block.apply(params, jnp.asarray(u)))[0], expected, atol=1e-5
+  )
+
+
+def test_input_term_and_block_norm_change_only_what_they_name():
+  tokens = jax.random.randint(jax.random.key(5), (2, 9), 0, 6)
+  plain = ssm.StateTracker(6, 6, d_model=16, d_state=4, d_hidden=16, num_layers=2)
+  params = plain.init(jax.random.key(0), tokens)["params"]
+  normed = plain.clone(block_norm=True).init(jax.random.key(0), tokens)["params"]
+  assert set(normed) - set(params) == {"norm_0", "norm_1", "final_norm"}
+  no_b = plain.clone(input_term="none")
+  layer = no_b.init(jax.random.key(0), tokens)["params"]["layer_0"]["recurrence"]
+  assert "b_proj" not in layer and "b_proj" in params["layer_0"]["recurrence"]
+  # with b = 0 and |lambda| = 1 the state keeps the modulus of h0 at every step
+  dcd = ssm.DCDLayer(d_state=3, input_term="none")
+  u = jax.random.normal(jax.random.key(6), (1, 50, 4))
+  dcd_params = dcd.init(jax.random.key(0), u)
+  np.testing.assert_allclose(np.abs(np.asarray(dcd.apply(dcd_params, u))), 1.0, atol=1e-5)
+
+
 def test_bad_model_inputs_are_named():
   with pytest.raises(ValueError, match="kind must be one of"):
     ssm.StateTracker(6, 6, kind="lstm").init(jax.random.key(0), jnp.zeros((1, 3), jnp.int32))
@@ -283,6 +324,7 @@ def test_construction_run_tracks_s3_without_training(tmp_path):
   config.evaluate_only = True
   results = loop.run(config, str(tmp_path)).results
   assert results["accuracy_all_positions"] == 1.0 and results["longest_length_over_90"] == 16
+  assert results["state_growth"] == pytest.approx(1.0, abs=1e-4)  # b = 0: states stay on circles
 
 
 def test_length_metrics_find_the_longest_generalising_length():
@@ -301,6 +343,11 @@ def test_length_metrics_find_the_longest_generalising_length():
     ({"model.kind": "lstm"}, "config.model.kind: must be one of"),
     ({"data.train_length": 10}, "config.eval.lengths: must include data.train_length"),
     ({"model.init": "construction", "data.group": "A5"}, "config.model.init: .*A5 is not solvable"),
+    (
+      {"model.init": "construction", "model.block_norm": True},
+      "config.model.block_norm: the const",
+    ),
+    ({"model.input_term": "linear"}, "config.model.input_term: must be one of"),
     (
       {"model.init": "construction", "data.group": "A4", "model.num_layers": 2},
       "config.model.d_model",
@@ -340,3 +387,30 @@ def test_study_arms_cover_the_study_grid_and_the_report_reads_them():
   assert report.summary["e3_success_rate_by_sigma"]["1"] == 0.0
   assert "| Z6 | 120 |" in report.notes and "dcd_ssm_study" in report.figures
   assert len(report.rows) == len(study.e1_constructions) + 5 * len(study.e2_models) + 5
+
+
+def test_sweep_variants_run_only_their_arms_and_report_them():
+  assert all(dcd_ssm.study_arms(dcd_config.get_config(v)) for v in dcd_config.SWEEPS)
+  variant = "aussm_sweep"  # its arms include a model change (RMSNorm blocks)
+  config = dcd_config.get_config(variant)
+  arms = dcd_ssm.study_arms(config)
+  assert len(arms) == len(config.study.sweep) and all(n.startswith("sweep_") for n, _ in arms)
+  for entry, (_, arm) in zip(config.study.sweep, arms, strict=True):
+    group, kind, layers, lr, steps, length, *optional = entry
+    seed, change = tuple(optional) + (0, "")[len(optional) :]
+    assert arm.seed == seed
+    assert arm.model.input_term == ("none" if change == "b0" else "affine")
+    assert arm.model.block_norm == (change == "norm")
+    assert (arm.data.group, arm.model.kind, arm.model.num_layers) == (group, kind, layers)
+    assert (arm.optim.learning_rate, arm.steps, arm.data.train_length) == (lr, steps, length)
+    assert length in arm.eval.lengths
+    dcd_ssm.validate(arm)
+  fake = {
+    name: {f"accuracy_at_{L}": float(L <= 100) for L in arm.eval.lengths}
+    | {"accuracy_at_train_length": 1.0, "longest_length_over_90": 100.0}
+    for name, arm in arms[:-1]  # one arm unfinished: the report leaves it out
+  }
+  report = dcd_ssm.report(config, fake)
+  assert len(report.rows) == len(arms) - 1 and f"dcd_ssm_{variant}" in report.figures
+  assert set(report.summary["longest_length_over_90"]) == set(fake)
+  assert "longest_length_over_90" in report.notes.splitlines()[0]

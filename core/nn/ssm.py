@@ -22,7 +22,10 @@ Choices where the paper is open:
 * `b(u) = W_b u + c_b` is complex and the same for every parameterisation, so the kinds differ only in
   their eigenvalues, which is what the theorems are about. Mamba's own `Delta * B(u) * u` input scaling
   is not used. `W_b` and `c_b` start at zero, so a unit-modulus scan starts on its circle (the
-  regime of the constructions); training grows `b` where it helps.
+  regime of the constructions); training grows `b` where it helps. `input_term = "none"` drops `b`
+  (`h_t = lambda(u_t) h_{t-1}`, the form of Thm 1's construction): with unit-modulus eigenvalues a
+  learned `b` with `lambda ~ 1` makes a coordinate count positions (`|h_t|` grows with t), a feature
+  the decoder sees only up to the training length.
 * The initial state `h0` is a learned complex vector per layer (initialised to 1): with `b = 0` a
   unit-modulus scan needs a non-zero start, else the state stays at 0.
 * `Delta` is per state coordinate (one coordinate = one complex eigenvalue), Mamba's `dt` init
@@ -54,6 +57,7 @@ import jax.numpy as jnp
 from kernels.ssm_scan import ssm_scan
 
 EIGENVALUE_KINDS = ("s4d", "mamba", "neg_mamba", "aussm", "simple_aussm")
+INPUT_TERMS = ("affine", "none")  # b(u) = W_b u + c_b, or b = 0
 RECURRENCES = EIGENVALUE_KINDS + ("gru",)
 DT_MIN, DT_MAX = 1e-3, 1e-1
 UNIT_DELTA_BIAS = math.log(math.e - 1.0)  # softplus(UNIT_DELTA_BIAS) = 1: AUSSM's initial Delta
@@ -95,6 +99,7 @@ class DCDLayer(nn.Module):
     kind: one of `EIGENVALUE_KINDS`.
     scan_implementation: passed to `ssm_scan` ("pallas", "xla", "sequential" or None for auto).
     dtype: compute dtype of `b(u)` (the eigenvalues and the scan stay float32); param_dtype: storage.
+    input_term: "affine" (`b(u) = W_b u + c_b`) or "none" (`b = 0`).
   """
 
   d_state: int
@@ -102,10 +107,13 @@ class DCDLayer(nn.Module):
   scan_implementation: str | None = None
   dtype: Any = jnp.float32
   param_dtype: Any = jnp.float32
+  input_term: str = "affine"
 
   def setup(self):
     if self.kind not in EIGENVALUE_KINDS:
       raise ValueError(f"DCDLayer.kind must be one of {EIGENVALUE_KINDS}, got {self.kind!r}")
+    if self.input_term not in INPUT_TERMS:
+      raise ValueError(f"DCDLayer.input_term must be one of {INPUT_TERMS}, got {self.input_term!r}")
     d, param_dtype = self.d_state, self.param_dtype
     # the eigenvalue projections compute in float32 whatever `dtype` (module docstring)
     eigen_dense = functools.partial(nn.Dense, dtype=jnp.float32, param_dtype=param_dtype)
@@ -124,9 +132,10 @@ class DCDLayer(nn.Module):
       self.log_neg_lambda = self.param("log_neg_lambda", _log_arange_init, (d,), param_dtype)
     if self.kind in ("aussm", "simple_aussm"):
       self.angle = eigen_dense(d)
-    self.b_proj = nn.Dense(
-      2 * d, kernel_init=nn.initializers.zeros, dtype=self.dtype, param_dtype=param_dtype
-    )
+    if self.input_term == "affine":
+      self.b_proj = nn.Dense(
+        2 * d, kernel_init=nn.initializers.zeros, dtype=self.dtype, param_dtype=param_dtype
+      )
     self.h0 = self.param("h0", _h0_init, (2, d), param_dtype)
 
   def eigenvalues(self, u: jax.Array) -> jax.Array:
@@ -147,9 +156,12 @@ class DCDLayer(nn.Module):
   def __call__(self, u: jax.Array) -> jax.Array:
     if u.ndim != 3:
       raise ValueError(f"DCDLayer expects u of shape [batch, time, features], got {u.shape}")
-    # the scan accumulates in complex64: b is cast up before it enters the state
-    b_re, b_im = jnp.split(self.b_proj(u).astype(jnp.float32), 2, axis=-1)
-    b = jax.lax.complex(b_re, b_im)
+    if self.input_term == "affine":
+      # the scan accumulates in complex64: b is cast up before it enters the state
+      b_re, b_im = jnp.split(self.b_proj(u).astype(jnp.float32), 2, axis=-1)
+      b = jax.lax.complex(b_re, b_im)
+    else:
+      b = jnp.zeros(u.shape[:-1] + (self.d_state,), jnp.complex64)
     h0 = jnp.broadcast_to(jax.lax.complex(self.h0[0], self.h0[1]), (u.shape[0], self.d_state))
     return ssm_scan(self.eigenvalues(u), b, h0, implementation=self.scan_implementation)
 
@@ -164,6 +176,7 @@ class Block(nn.Module):
   scan_implementation: str | None = None
   dtype: Any = jnp.float32
   param_dtype: Any = jnp.float32
+  input_term: str = "affine"
 
   @nn.compact
   def __call__(self, u: jax.Array) -> jax.Array:
@@ -174,7 +187,12 @@ class Block(nn.Module):
       features = nn.RNN(cell, name="recurrence")(u.astype(jnp.float32))
     else:
       recurrence = DCDLayer(
-        self.d_state, self.kind, self.scan_implementation, **precision, name="recurrence"
+        self.d_state,
+        self.kind,
+        self.scan_implementation,
+        **precision,
+        input_term=self.input_term,
+        name="recurrence",
       )
       h = recurrence(u)
       features = jnp.concatenate([h.real, h.imag], axis=-1)
@@ -187,7 +205,8 @@ class Block(nn.Module):
 class StateTracker(nn.Module):
   """`tokens [B, T] int -> logits [B, T, num_classes]`: embedding, `num_layers` blocks, readout.
 
-  Every block reads the previous block's output plus a residual copy of the input embedding.
+  Every block reads the previous block's output plus a residual copy of the input embedding
+  (RMS-normalised first with `block_norm`).
   """
 
   vocab_size: int
@@ -200,6 +219,8 @@ class StateTracker(nn.Module):
   scan_implementation: str | None = None
   dtype: Any = jnp.float32  # compute dtype (module docstring: what stays float32)
   param_dtype: Any = jnp.float32
+  input_term: str = "affine"  # DCD layers' b(u): "affine" | "none"
+  block_norm: bool = False  # RMSNorm before every block and the readout (pre-norm stack)
 
   @nn.compact
   def __call__(self, tokens: jax.Array) -> jax.Array:
@@ -218,8 +239,16 @@ class StateTracker(nn.Module):
         self.kind,
         self.scan_implementation,
         **precision,
+        input_term=self.input_term,
         name=f"layer_{index}",
       )
-      u = block(u) + embedding
-    logits = nn.Dense(self.num_classes, **precision, name="readout")(u)
+      u = block(self._norm(u, f"norm_{index}")) + embedding
+    logits = nn.Dense(self.num_classes, **precision, name="readout")(self._norm(u, "final_norm"))
     return logits.astype(jnp.float32)  # the cross-entropy's log-sum-exp reads float32 logits
+
+  def _norm(self, u: jax.Array, name: str) -> jax.Array:
+    """RMSNorm with `block_norm`: bounds the scale a block's eigenvalue maps read, which without it
+    grows with training in a stack (AUSSM's angle is quadratic in its input)."""
+    if not self.block_norm:
+      return u
+    return nn.RMSNorm(dtype=self.dtype, param_dtype=self.param_dtype, name=name)(u)
