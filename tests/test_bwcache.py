@@ -391,6 +391,7 @@ def test_smoke_run_through_the_loop(tmp_path):
   assert report.rows[0]["arm"] == "BWCache" and "psnr_and_reuse_vs_delta" in report.figures
 
 
+@pytest.mark.slow
 def test_ddpm_ddim_smoke_run_through_the_loop(tmp_path):
   config = tiny_config()
   config.diffusion.kind, config.cache.sampler = "ddpm", "ddim"

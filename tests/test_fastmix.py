@@ -293,6 +293,7 @@ def test_default_run_writes_the_headline_keys_and_compiles_each_step_once(tmp_pa
   assert np.asarray(results["target_loss/models"]).shape == (2, 2)
 
 
+@pytest.mark.slow
 def test_interrupted_search_resumes_to_the_same_mixture(tmp_path):
   config = tiny_config(compare_regmix=False)
   whole = loop.run(config, str(tmp_path / "whole")).results

@@ -125,6 +125,7 @@ app.run(train.main)
 """
 
 
+@pytest.mark.slow
 def test_kill_during_checkpoint_write_resumes_from_the_last_complete_step(tmp_path, uninterrupted):
   flags = [*_flags(_long_config()), f"--workdir={tmp_path}"]
   script = KILL_WHILE_SAVING.format(step=1000, flags=repr(flags))

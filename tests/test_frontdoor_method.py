@@ -40,6 +40,7 @@ def test_bad_fields_are_named(tmp_path, field, value, message):
     loop.run(config, str(tmp_path))
 
 
+@pytest.mark.slow
 def test_replications_vmap_and_perturbation_hurts_the_plugin_most(tmp_path):
   """One vmap over replications; at delta = 1 the plug-in degrades more than FD-DR (paper)."""
   config = tiny_config()

@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from configs import dcd_ssm, quant_diffusion
 from experiments import lowering
 from kernels import lowering as kernel_lowering
@@ -37,6 +39,7 @@ def test_a_kernel_in_a_multi_device_step_lowers_because_the_loop_traces_under_th
   assert all(c.ok for c in checks), _lines(checks)
 
 
+@pytest.mark.slow
 def test_without_the_mesh_context_the_tpu_step_fails_with_a_hint(monkeypatch):
   monkeypatch.setattr(lowering, "TRACE_IN_MESH", False)
   checks = lowering.lower_config(dcd_ssm.get_config(), ("cuda", "tpu"), num_devices=4)

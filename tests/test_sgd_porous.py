@@ -204,6 +204,7 @@ def test_interrupted_chain_phase_resumes_to_the_same_results(tmp_path):
   chex.assert_trees_all_close(resumed, whole, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_chains_sharded_over_8_devices_give_the_same_statistics(tmp_path):
   script = textwrap.dedent(
     f"""

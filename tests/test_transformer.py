@@ -349,6 +349,7 @@ print("fsdp ok", sharded, "of", len(specs), "leaves sharded")
 """
 
 
+@pytest.mark.slow
 def test_fsdp_on_eight_devices_gives_the_logits_of_one():
   env = dict(os.environ, JAX_PLATFORMS="cpu")
   done = subprocess.run(
