@@ -338,6 +338,7 @@ def npg_joint_loss(
   bootstrap_current_state: bool = False,
   time_limit_terminal: bool = False,
   old_logits: jax.Array | None = None,
+  temperature: float = 1.0,
 ) -> tuple[jax.Array, dict]:
   """The NN-NPG loss of the released code of Zou et al. (ICLR 2026; conniemessi/TD-and-PPO-in-RKHS,
   `main_discrete.py`): one head `f = apply_fn(params, obs)` gives the logits of pi and Q at once, and
@@ -352,47 +353,12 @@ def npg_joint_loss(
   One forward pass of `params` covers s and s' (stacked rows); `old_logits`, pi_old's outputs on
   `batch.obs`, can be computed once per update by the caller (pi_old is fixed during it) instead of
   once per minibatch from `old_params`.
-  """
-  rows = batch.obs.shape[0]
-  both = apply_fn(params, jnp.concatenate([batch.obs, batch.next_obs]))
-  logits, next_q = both[:rows], jax.lax.stop_gradient(both[rows:])
-  if old_logits is None:
-    old_logits = apply_fn(old_params, batch.obs)
-  q_bar = jax.lax.stop_gradient(logits)
-  probs = jax.nn.softmax(logits)
-  kl = categorical_kl(logits, old_logits)
-  policy_loss = -jnp.mean(jnp.sum(probs * q_bar, -1) - kl / step_size)
-  bootstrap_logits = q_bar if bootstrap_current_state else next_q
-  next_value = jnp.sum(jax.nn.softmax(bootstrap_logits) * next_q, -1)
-  terminal = batch.done if time_limit_terminal else batch.terminated
-  target = batch.reward + gamma * (1.0 - terminal) * next_value
-  q_taken = jnp.take_along_axis(logits, batch.action[:, None], -1)[:, 0]
-  critic_loss = jnp.mean((q_taken - target) ** 2)
-  entropy = jnp.mean(categorical_entropy(logits))
-  loss = policy_loss + value_coef * critic_loss - entropy_coef * entropy
-  return loss, {"critic_loss": critic_loss, "kl": jnp.mean(kl), "entropy": entropy}
 
-
-def tempered_npg_joint_loss(
-  apply_fn: Callable,
-  params,
-  old_params,
-  batch: Transition,
-  step_size: jax.Array,
-  gamma: float,
-  value_coef: float,
-  entropy_coef: float,
-  temperature: float = 1.0,
-  bootstrap_current_state: bool = False,
-  time_limit_terminal: bool = False,
-  old_logits: jax.Array | None = None,
-) -> tuple[jax.Array, dict]:
-  """`npg_joint_loss` with the policy pi = softmax(f / tau) of the head f, which stays the critic Q.
-
-  tau (`temperature`) enters every place the policy does: <pi, Qbar>, KL(pi || pi_old) (pi_old =
-  softmax(f_old / tau)), the entropy bonus and the weights of Qbar(s', .) in the TD target; the
-  critic term Q(s, a) = f(s, a) is unchanged. tau = 1 builds exactly the graph of `npg_joint_loss`
-  (the released code's pi = softmax(Q)); `old_logits` are pi_old's raw head outputs f_old.
+  `temperature` tau makes the policy pi = softmax(f / tau) while f stays the critic Q: tau enters
+  every place the policy does (<pi, Qbar>, KL(pi || pi_old) with pi_old = softmax(f_old / tau), the
+  entropy bonus, the weights of Qbar(s', .) in the TD target), not the critic term Q(s, a) = f(s, a).
+  tau = 1 (the default) is the released code's pi = softmax(Q) and builds the same graph as without
+  the option; `old_logits` are pi_old's raw head outputs f_old.
   """
   rows = batch.obs.shape[0]
   both = apply_fn(params, jnp.concatenate([batch.obs, batch.next_obs]))

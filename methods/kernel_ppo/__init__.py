@@ -15,7 +15,7 @@ rollout-and-update loop is one jitted function `vmap`ped over `num_seeds` seeds.
              + (1/Delta_k) KL(pi_theta || pi_old) + c_v TD-MSE - c_ent H (`core.rl.npg_joint_loss`).
              The TD target weights Q(s', .) with pi(.|s'); `nn.quirk_bootstrap_current_state`
              restores the released code's pi(.|s). `nn.policy_temperature` tau != 1 (an option,
-             off by default) makes the policy softmax(Q / tau) (`core.rl.tempered_npg_joint_loss`);
+             off by default) makes the policy softmax(Q / tau) (`temperature` of `core.rl.npg_joint_loss`);
              each update logs the Q-gap max_a Q - min_a Q and the policy entropy on its batch.
   rff_npg    (B) the RKHS algorithm (Alg. 1) with random Fourier features of
              K((s,a),(s',a')) = k_RBF(s,s') 1[a=a']: T kernel-TD iterations on theta (primal form of

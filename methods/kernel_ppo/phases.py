@@ -149,7 +149,7 @@ def nn_npg_update(config, prob: Problem, agent, transitions, valid, delta, rng):
 
   def loss_fn(params, indices):
     batch = jax.tree.map(lambda x: x[indices], transitions)
-    return rl.tempered_npg_joint_loss(
+    return rl.npg_joint_loss(
       apply_fn,
       params,
       agent["old_params"],
@@ -158,10 +158,10 @@ def nn_npg_update(config, prob: Problem, agent, transitions, valid, delta, rng):
       config.gamma,
       nn_config.value_coef,
       nn_config.entropy_coef,
-      nn_config.policy_temperature,
-      nn_config.quirk_bootstrap_current_state,
-      nn_config.quirk_time_limit_terminal,
+      bootstrap_current_state=nn_config.quirk_bootstrap_current_state,
+      time_limit_terminal=nn_config.quirk_time_limit_terminal,
       old_logits=old_logits[indices],
+      temperature=nn_config.policy_temperature,
     )
 
   rows = transitions.reward.shape[0]
