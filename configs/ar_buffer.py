@@ -15,8 +15,8 @@ Variants:
            to N=1024, 100k steps, benchmark at N up to 2048 with B=64 streams and the Pallas
            shared-context kernel. The data are generated (no data_dir, no weights to load).
 
-  python experiments/train.py --config=configs/ar_buffer.py --workdir=/tmp/runs/ar_buffer
-  python experiments/study.py --config=configs/ar_buffer.py:study --workdir=/tmp/runs/ar_buffer_study
+  python experiments/train.py --config=configs/ar_buffer.py --workdir=runs/ar_buffer
+  python experiments/study.py --config=configs/ar_buffer.py:study --workdir=runs/ar_buffer_study
   python experiments/train.py --config=configs/ar_buffer.py:gpu --workdir=runs/ar_buffer/gpu
 """
 

@@ -24,7 +24,7 @@ Variants:
             dataset is generated in code and the paper (pure theory) has no released weights, so
             nothing is read from disk and the variant validates and runs as it is.
 
-  python experiments/train.py --config=configs/dlm_revision.py --workdir=/tmp/runs/dlm_revision
+  python experiments/train.py --config=configs/dlm_revision.py --workdir=runs/dlm_revision
   python experiments/study.py --config=configs/dlm_revision.py:study --workdir=runs/dlm_revision_study
   python experiments/train.py --config=configs/dlm_revision.py:gpu --workdir=runs/dlm_revision_gpu
 """

@@ -24,8 +24,8 @@ Variants:
            512, 2 layers, 8 heads, context 2048) as the shared transformer, trained from scratch
            (`model.checkpoint` empty; the SFT search would load its 1.5B proxy there), 1000 steps.
 
-  python experiments/train.py --config=configs/fastmix.py --workdir=/tmp/runs/fastmix
-  python experiments/study.py --config=configs/fastmix.py:study --workdir=/tmp/runs/fastmix_study
+  python experiments/train.py --config=configs/fastmix.py --workdir=runs/fastmix
+  python experiments/study.py --config=configs/fastmix.py:study --workdir=runs/fastmix_study
   python experiments/train.py --config=configs/fastmix.py:gpu --config.data.data_dir=/data/pile_tokens
 """
 

@@ -18,11 +18,11 @@ Variants:
             from raw ind.<name>.* files in --config.data.data_dir (never downloaded), the public
             split, hidden 256, 500 epochs, level-synchronous aggregator. Described, not run here.
 
-  python experiments/train.py --config=configs/fgl.py --workdir=/tmp/fgl
+  python experiments/train.py --config=configs/fgl.py --workdir=runs/fgl
   python experiments/train.py --config=configs/fgl.py --config.fgl.scores=uniform   # FGL-uniform
   python experiments/train.py --config=configs/fgl.py --config.fgl.scores=oracle    # FGL-oracle
-  python experiments/study.py --config=configs/fgl.py:study --workdir=/tmp/fgl_study
-  python experiments/study.py --config=configs/fgl.py:oracle_noise --workdir=/tmp/fgl_oracle_noise
+  python experiments/study.py --config=configs/fgl.py:study --workdir=runs/fgl_study
+  python experiments/study.py --config=configs/fgl.py:oracle_noise --workdir=runs/fgl_oracle_noise
   python experiments/train.py --config=configs/fgl.py:gpu --config.data.data_dir=/data/planetoid
 """
 

@@ -32,7 +32,7 @@ Variants:
 
   python experiments/train.py --config=configs/w2s.py --workdir=runs/w2s
   python experiments/train.py --config=configs/w2s.py:regression --workdir=runs/w2s_e1
-  python experiments/study.py --config=configs/w2s.py:study --workdir=/tmp/w2s_study
+  python experiments/study.py --config=configs/w2s.py:study --workdir=runs/w2s_study
   python experiments/study.py --config=configs/w2s.py:digits_study --workdir=runs/w2s_digits_study
 """
 
