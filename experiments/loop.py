@@ -25,6 +25,7 @@ import numpy as np
 from absl import logging
 
 import methods
+from core.data import wav
 from experiments import checkpoints as checkpoints_lib
 from experiments import metrics as metrics_lib
 from experiments import sharding as sharding_lib
@@ -402,6 +403,13 @@ def _write_json(path: str, payload) -> None:
 
 
 def _write_artifact(workdir: str, stem: str, artifact) -> None:
+  """A figure (anything with `savefig`) or an image array as `<stem>.png`; `AudioExamples` as WAV
+  files in `<stem>/`."""
+  if isinstance(artifact, wav.AudioExamples):
+    folder = os.path.join(workdir, stem)
+    wav.write_examples(folder, artifact.sample_rate, artifact.waveforms, artifact.count)
+    logging.info("wrote %s", folder)
+    return
   import matplotlib
 
   matplotlib.use("Agg")

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import wave
 from collections.abc import Mapping
@@ -60,6 +61,16 @@ def read_wav(path: str) -> tuple[np.ndarray, int]:
     data = np.frombuffer(f.readframes(f.getnframes()), "<i2")
   data = data.reshape(-1, channels).astype(np.float32) / FULL_SCALE
   return (data[:, 0] if channels == 1 else data), rate
+
+
+@dataclasses.dataclass(frozen=True)
+class AudioExamples:
+  """A phase artifact of sound: `experiments/loop.py` writes `<workdir>/<stem>/<name>_<i>.wav` for the
+  first `count` rows of every `(N, T)` array in `waveforms`."""
+
+  sample_rate: int
+  waveforms: Mapping[str, np.ndarray]
+  count: int
 
 
 def write_examples(

@@ -2,8 +2,8 @@ r"""Flow2GAN's listening examples: WAV files of the reference and every generato
 
 The benchmark phase writes them into the run's folder, `<workdir>/examples/<generator>_<i>.wav` and
 `reference_<i>.wav` (16-bit PCM at `data.sample_rate`, the first `WAV_EXAMPLES` test segments, the same
-noise as the benchmark's metrics), through its spectrogram figure: the loop saves artifacts with
-`savefig(path)`, and `ExamplesFigure.savefig` writes the WAV files next to the image. In a study every
+noise as the benchmark's metrics) as its `examples` artifact (`core.data.wav.AudioExamples`, which the
+loop writes as WAV files). In a study every
 arm is a run, so each arm's folder holds its own examples, one set per generator (FM at each step
 count, each GAN generator).
 
@@ -28,7 +28,6 @@ import sys
 
 import jax
 import numpy as np
-from matplotlib.figure import Figure
 
 from core.data import wav
 
@@ -40,19 +39,9 @@ WAV_EXAMPLES = 4  # test segments written per generator (and of the reference)
 EXAMPLES_DIR = "examples"
 
 
-class ExamplesFigure(Figure):
-  """A matplotlib figure that writes its audio examples when saved: `savefig("<dir>/x.png")` also
-  writes `<dir>/examples/<name>_<i>.wav` for every `(N, T)` array set with `set_examples`."""
-
-  def set_examples(self, sample_rate: int, waveforms: dict[str, np.ndarray]) -> None:
-    self._examples = (sample_rate, waveforms)
-
-  def savefig(self, fname, *args, **kwargs):
-    super().savefig(fname, *args, **kwargs)
-    examples = getattr(self, "_examples", None)
-    if examples is not None and isinstance(fname, str | os.PathLike):
-      folder = os.path.join(os.path.dirname(os.fspath(fname)), EXAMPLES_DIR)
-      wav.write_examples(folder, examples[0], examples[1], WAV_EXAMPLES)
+def audio_examples(config, examples: dict[str, np.ndarray]) -> wav.AudioExamples:
+  """The benchmark's `examples` artifact: reference and generators, `WAV_EXAMPLES` segments each."""
+  return wav.AudioExamples(config.data.sample_rate, waveforms(config, examples), WAV_EXAMPLES)
 
 
 def waveforms(config, examples: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

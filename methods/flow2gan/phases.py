@@ -492,16 +492,13 @@ def benchmark(config, params_by_phase, rng) -> tuple[dict[str, float], dict[str,
 
 def spectrogram_figure(config, examples: dict[str, np.ndarray]):
   """Log-magnitude spectrograms of the first test segment: reference and every generator; the
-  reference's digital silence is marked under its panel. Saving the figure also writes the first test
-  segments of the reference and of every generator as WAV files (`methods/flow2gan/examples.py`)."""
+  reference's digital silence is marked under its panel."""
   from experiments.reports import figure_grid
-  from methods.flow2gan.examples import ExamplesFigure, waveforms
 
   data = test_arrays(config)
   panels = [("reference", data["audio"][0]), *[(k, v[0]) for k, v in examples.items()]]
   e = config.eval
-  fig, axes = figure_grid(len(panels), 1, panel_size=(8, 1.6), FigureClass=ExamplesFigure)
-  fig.set_examples(config.data.sample_rate, waveforms(config, examples))
+  fig, axes = figure_grid(len(panels), 1, panel_size=(8, 1.6))
   peak = None
   for ax, (name, wave) in zip(axes[:, 0], panels, strict=True):
     power = np.square(
@@ -555,7 +552,12 @@ def phases(config) -> list[Phase]:
   def artifacts(state, rng, inputs):
     if "examples" not in cache:
       _, cache["examples"] = benchmark(config, state, rng)
-    return {"spectrograms": spectrogram_figure(config, cache["examples"])}
+    from methods.flow2gan.examples import audio_examples
+
+    return {
+      "spectrograms": spectrogram_figure(config, cache["examples"]),
+      "examples": audio_examples(config, cache["examples"]),
+    }
 
   bench = Phase(
     name="benchmark",
