@@ -67,6 +67,10 @@ def model_config() -> ml_collections.ConfigDict:
   m.cond_channels = 32  # mel encoder width (reference: 512)
   m.cond_blocks = 1  # mel encoder blocks (reference: 4)
   m.branch_dropout = 0.05  # per-example probability of dropping one branch in training
+  # the official released generator (k2-fsa/Flow2GAN, e.g. libritts-mel-1-step.pt) exported to an
+  # .npz of its state dict (core/nn/audio_convnext_convert.py; the gpu variant's layout); "" trains
+  # from scratch, a path skips flow matching (0 steps) and benchmarks, or GAN-fine-tunes, those weights
+  m.pretrained_checkpoint = ""
   return m
 
 
@@ -160,10 +164,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       cond_channels=512,
       cond_blocks=4,
     )
-    # the official released generator (k2-fsa/Flow2GAN, e.g. libritts-mel-1-step.pt) exported to an
-    # .npz of its state dict (core/nn/audio_convnext_convert.py); "" trains from scratch, a path
-    # skips flow matching (0 steps) and benchmarks, or GAN-fine-tunes, the released weights
-    config.model.pretrained_checkpoint = ""
     config.flow.update(
       loss_n_fft=1024, loss_hop=256, loss_filters=256, steps=400_000, batch_size=64
     )

@@ -17,7 +17,7 @@ Map to the code:
   `core/nn/audio_convnext.py`    BiasNorm, ChannelScale, ConvNeXt blocks, the mel encoder, the
                                  branches and their mean with branch dropout.
   `core/nn/audio_convnext_convert.py`  the official PyTorch generator weights (an `.npz` of the state
-                                 dict) as its parameters (`model.pretrained_checkpoint`, gpu variant).
+                                 dict) as its parameters (`model.pretrained_checkpoint`).
   `core/data/wav.py`             16-bit PCM WAV files of the examples.
   `core/nn/audio_discriminators.py`  MPD and MRD.
   `core/gan.py`                  hinge and feature-matching losses.
@@ -130,7 +130,7 @@ def _validate_model(config) -> None:
   require(m.time_dim % 2 == 0 and m.time_dim >= 4, "model.time_dim", "must be even and >= 4")
   require(m.kernel_size % 2 == 1, "model.kernel_size", "must be odd")
   require(0.0 <= m.branch_dropout < 1.0, "model.branch_dropout", "must be in [0, 1)")
-  if m.get("pretrained_checkpoint", ""):
+  if m.pretrained_checkpoint:
     require_file(
       config,
       "model.pretrained_checkpoint",

@@ -107,21 +107,15 @@ def init_generator(config, rng) -> dict:
   x = jnp.zeros((1, t))
   mel = mel_features(config, x)
   init = functools.partial(generator(config).init, method=MultiBranchGenerator.full)
-  if pretrained_checkpoint(config):
+  if config.model.pretrained_checkpoint:
     return load_pretrained(config, jax.eval_shape(init, rng, x, mel, jnp.zeros((1,))))
   return init(rng, x, mel, jnp.zeros((1,)))
-
-
-def pretrained_checkpoint(config) -> str:
-  """`model.pretrained_checkpoint`; only the `gpu` variant has the field (the released weights are
-  the paper's 24 kHz generator)."""
-  return config.model.get("pretrained_checkpoint", "")
 
 
 def load_pretrained(config, expected) -> dict:
   """The official PyTorch generator (an `.npz` of its state dict) as this generator's parameters
   (`core/nn/audio_convnext_convert.py`); a key that does not fit names itself in a `ConfigError`."""
-  path = pretrained_checkpoint(config)
+  path = config.model.pretrained_checkpoint
   try:
     state_dict = audio_convnext_convert.read_npz(path)
     return audio_convnext_convert.flow2gan_to_flax(state_dict, expected, tuple(config.model.n_ffts))
@@ -525,7 +519,7 @@ def spectrogram_figure(config, examples: dict[str, np.ndarray]):
 def phases(config) -> list[Phase]:
   flow = Phase(
     name="flow",
-    num_steps=0 if pretrained_checkpoint(config) else config.flow.steps,
+    num_steps=0 if config.model.pretrained_checkpoint else config.flow.steps,
     init=functools.partial(init_flow_state, config),
     step=functools.partial(flow_step, config),
     data=lambda inputs: data_source(config, config.flow.batch_size),
