@@ -16,7 +16,7 @@ from core.data import multimodal as mm
 from core.nn import fusion as fusion_nn
 from experiments import loop
 from methods import if_mml
-from methods.base import ConfigError
+from methods.base import ConfigError, with_changes
 
 # ---------------------------------------------------------------------------------------------------
 # Fusion rules and the informatic constraint
@@ -256,12 +256,7 @@ def test_interrupted_run_resumes_to_the_same_results(tmp_path):
   ],
 )
 def test_bad_fields_are_named(field, value, message):
-  config = tiny_config()
-  node = config
-  *parents, name = field.split(".")
-  for parent in parents:
-    node = node[parent]
-  node[name] = value
+  config = with_changes(tiny_config(), **{field.replace(".", "__"): value})
   with pytest.raises(ConfigError, match=message):
     loop.validate(config, data_devices=1)
 

@@ -10,21 +10,14 @@ import pytest
 
 import methods
 from experiments import loop
-from methods.base import ConfigError
+from methods.base import ConfigError, with_changes
 
 methods.register("toy", "toy_method")
 import toy_method  # noqa: E402
 
 
 def _config(**overrides):
-  config = toy_method.get_config()
-  for key, value in overrides.items():
-    *parents, leaf = key.split("__")
-    node = config
-    for parent in parents:
-      node = node[parent]
-    node[leaf] = value
-  return config
+  return with_changes(toy_method.get_config(), **overrides)
 
 
 def _rows(workdir):

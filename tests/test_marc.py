@@ -17,7 +17,7 @@ from core import video_memory as vm
 from core.data import eventworld, tokenizers
 from core.nn import vlm as vlm_lib
 from experiments import loop
-from methods.base import ConfigError
+from methods.base import ConfigError, with_changes
 from methods.marc import evaluation, study
 from methods.marc import inputs as mi
 from methods.marc.phases import (
@@ -324,12 +324,7 @@ def test_study_arms_and_variants():
   ],
 )
 def test_bad_fields_are_named(field, value, message):
-  config = tiny_config()
-  *parents, name = field.split(".")
-  node = config
-  for parent in parents:
-    node = node[parent]
-  node[name] = value
+  config = with_changes(tiny_config(), **{field.replace(".", "__"): value})
   with pytest.raises(ConfigError, match=message):
     loop.validate(config, data_devices=1)
 
