@@ -25,9 +25,9 @@ import numpy as np
 from absl import logging
 
 import methods
-from core.data import wav
 from experiments import checkpoints as checkpoints_lib
 from experiments import metrics as metrics_lib
+from experiments import reports
 from experiments import sharding as sharding_lib
 from methods.base import ConfigError, Phase, lookup, require, require_positive_int
 
@@ -292,7 +292,7 @@ class _PhaseRunner:
       logging.info("[%s] evaluation: %s", self.phase.name, _format(results))
     if self.phase.artifacts is not None and self.is_writer:
       for stem, artifact in self.phase.artifacts(state, jax.random.fold_in(rng, 1), inputs).items():
-        _write_artifact(self.workdir, stem, artifact)
+        reports.write_artifact(self.workdir, stem, artifact)
     if self.is_writer:
       scalars = {f"eval/{k}": v for k, v in results.items() if isinstance(v, float)}
       self.writer.write(self.phase.name, self.phase.num_steps, scalars)
@@ -400,28 +400,6 @@ def _write_json(path: str, payload) -> None:
   with open(tmp, "w") as f:
     json.dump(payload, f, indent=2, sort_keys=True, default=metrics_lib.to_json_number)
   os.replace(tmp, path)
-
-
-def _write_artifact(workdir: str, stem: str, artifact) -> None:
-  """A figure (anything with `savefig`) or an image array as `<stem>.png`; `AudioExamples` as WAV
-  files in `<stem>/`."""
-  if isinstance(artifact, wav.AudioExamples):
-    folder = os.path.join(workdir, stem)
-    wav.write_examples(folder, artifact.sample_rate, artifact.waveforms, artifact.count)
-    logging.info("wrote %s", folder)
-    return
-  import matplotlib
-
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-
-  path = os.path.join(workdir, f"{stem}.png")
-  if hasattr(artifact, "savefig"):
-    artifact.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(artifact)
-  else:
-    plt.imsave(path, np.asarray(artifact), cmap="gray")
-  logging.info("wrote %s", path)
 
 
 CheckpointError = checkpoints_lib.CheckpointError

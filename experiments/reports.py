@@ -1,4 +1,5 @@
-"""Writes a study's report: results.json, results.md (a Markdown table) and PNG figures."""
+"""Writes a study's report (results.json, results.md with a Markdown table) and the artifacts of runs and
+studies: PNG figures, WAV examples, GIF clips."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from absl import logging
 
+from core.data import gif, wav
 from experiments.metrics import to_json_number
 from methods.base import Report
 
@@ -77,14 +80,33 @@ def write_report(
       + "\n"
       + (f"\n{report.notes}\n" if report.notes else "")
     )
-  for stem, figure in report.figures.items():
-    figure.savefig(os.path.join(workdir, f"{stem}.png"), dpi=120, bbox_inches="tight")
-    _close(figure)
+  for stem, artifact in report.figures.items():
+    write_artifact(workdir, stem, artifact)
   return payload
 
 
-def _close(figure) -> None:
-  """Frees a saved matplotlib figure (pyplot keeps every open one alive)."""
+def write_artifact(workdir: str, stem: str, artifact) -> None:
+  """A figure (anything with `savefig`) or an image array as `<stem>.png`; `AudioExamples` as WAV files
+  and `VideoClips` as GIFs in `<stem>/`."""
+  if isinstance(artifact, wav.AudioExamples):
+    folder = os.path.join(workdir, stem)
+    wav.write_examples(folder, artifact.sample_rate, artifact.waveforms, artifact.count)
+    logging.info("wrote %s", folder)
+    return
+  if isinstance(artifact, gif.VideoClips):
+    folder = os.path.join(workdir, stem)
+    gif.write_clips(folder, artifact)
+    logging.info("wrote %s", folder)
+    return
+  import matplotlib
+
+  matplotlib.use("Agg")
   import matplotlib.pyplot as plt
 
-  plt.close(figure)
+  path = os.path.join(workdir, f"{stem}.png")
+  if hasattr(artifact, "savefig"):
+    artifact.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(artifact)  # pyplot keeps every open figure alive
+  else:
+    plt.imsave(path, np.asarray(artifact), cmap="gray")
+  logging.info("wrote %s", path)

@@ -15,7 +15,8 @@ preemption), and hands each phase the outputs of the phases before it. Shapes th
 
 Everything that crosses `jax.jit` is a pytree of arrays; configuration is closed over when
 `Method.phases(config)` builds the phases. Methods never write files: `evaluate` returns numbers,
-`artifacts` returns images (arrays) or matplotlib figures, and the loop writes them.
+`artifacts` returns images (arrays), matplotlib figures, `core.data.wav.AudioExamples` or
+`core.data.gif.VideoClips`, and the loop writes them (`experiments/reports.write_artifact`).
 """
 
 from __future__ import annotations
@@ -67,7 +68,8 @@ class Phase:
     evaluate: `(state, rng, inputs) -> {name: scalar or array}`; goes into `results.json`.
       Scalars also go to the metrics (metrics.jsonl, TensorBoard); arrays (curves, per-seed values)
       are stored as nested lists in `results.json` only.
-    artifacts: `(state, rng, inputs) -> {file stem: image array or matplotlib figure}`.
+    artifacts: `(state, rng, inputs) -> {file stem: image array, matplotlib figure, AudioExamples or
+      VideoClips}`.
     outputs: `(state, inputs) -> pytree` handed to later phases (default: the state).
     state_sharding: `(mesh, abstract_state) -> sharding pytree`; default replicates every leaf.
   """
@@ -88,7 +90,7 @@ class Report:
 
   rows: Sequence[Mapping[str, Any]]
   summary: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-  figures: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  figures: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # as a phase's artifacts
   notes: str = ""
 
 
