@@ -2,6 +2,12 @@
 
 import setuptools
 
+# tfds's audio features import TensorFlow; the CPU build where PyPI has one
+_TENSORFLOW = [
+  "tensorflow-cpu>=2.20; platform_machine == 'x86_64'",
+  "tensorflow>=2.20; platform_machine != 'x86_64'",
+]
+
 setuptools.setup(
   name="iclr26-jax",
   version="0.1.0",
@@ -34,8 +40,11 @@ setuptools.setup(
     "regex>=2023.0",  # Unicode classes of tokenizer.json pre-tokenizers (token_guard's gpu variant)
   ],
   extras_require={
-    # librosa: the reference of the mel filterbank test (flow2gan; the test is skipped without it)
-    "test": ["pytest>=8", "librosa>=0.10"],
+    # librosa: the reference of the mel filterbank test (flow2gan). TensorFlow: tfds's Audio feature
+    # needs it to build the LibriTTS reader of flow2gan's gpu variant, whose mock-data test runs with it
+    "test": ["pytest>=8", "librosa>=0.10", *_TENSORFLOW],
+    # reads tfds audio datasets (LibriTTS: flow2gan's gpu variant)
+    "audio_data": _TENSORFLOW,
     # PESQ of flow2gan's benchmark (skipped without it; builds a C extension from its sdist)
     "audio_metrics": ["pesq>=0.0.4"],
     # Front-door study's external baselines and the parity check with the author's package.
