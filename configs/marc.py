@@ -20,8 +20,11 @@ Variants:
            without VMR, MARC at tau 0.4 / 0.6 / 0.8; zero-shot arms (teacher on full, retrieved,
            merged, uniformly subsampled input); ~15 minutes on 2 CPU cores.
   gpu      the paper's scale (Qwen2.5-VL-3B teacher and student, 64 frames, Video-R1 data, G = 8):
-           names its weights (`model.checkpoint`) and data (`data.data_dir`); the converter for
-           Qwen2.5-VL is not written, so validation stops there (docs/paper_scale.md).
+           names its weights (`model.checkpoint`, the checkpoint folder) and data
+           (`data.data_dir`). The checkpoint converts and answers video files as teacher and
+           merged-input student (methods/marc/paper_scale.py); the Video-R1 reader and the 3B
+           training loops are not written, so validation stops at `data.data_dir`
+           (docs/paper_scale.md).
 
   python experiments/train.py --config=configs/marc.py --workdir=runs/marc
   python experiments/study.py --config=configs/marc.py:study --workdir=runs/marc_study
@@ -50,9 +53,15 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.data.num_test = 300  # test questions
   config.data.test_seed = 1001
   config.data.pool_seed = 2002  # the RL prompts (teacher answers precomputed on them)
+  # gpu: per-frame pixel bounds of the Qwen2.5-VL resize (qwen-vl-utils' VIDEO_MIN/MAX_PIXELS)
+  config.data.min_pixels = 128 * 28 * 28
+  config.data.max_pixels = 768 * 28 * 28
 
   config.model = ml_collections.ConfigDict()
-  config.model.checkpoint = ""  # gpu: Qwen2.5-VL-3B-Instruct weights
+  # gpu: the Qwen2.5-VL-3B-Instruct folder (config.json + *.safetensors); its config sets the
+  # widths, and the tiny VLM's fields below are unused then
+  config.model.checkpoint = ""
+  config.model.dtype = "float32"  # of the checkpoint's parameters and compute: float32 / bfloat16
   config.model.width = 64  # d, visual tokens and decoder
   config.model.depth = 3
   config.model.num_heads = 4
@@ -129,6 +138,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.data.num_frames = 64  # 1 fps, at most 64
     config.data.max_events = 6
     config.data.num_test = 5000
+    config.model.dtype = "bfloat16"
     config.model.width = 2048  # Qwen2.5-VL-3B
     config.model.depth = 36
     config.model.num_heads = 16

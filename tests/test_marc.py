@@ -329,12 +329,146 @@ def test_bad_fields_are_named(field, value, message):
     loop.validate(config, data_devices=1)
 
 
+# ---------------------------------------------------------------------------------------------------
+# Paper scale: a TINY random Qwen2.5-VL checkpoint of the released layout
+# ---------------------------------------------------------------------------------------------------
+
+TINY_QWEN = {  # the flat config.json of the released checkpoints, at a tiny size
+  "model_type": "qwen2_5_vl",
+  "vocab_size": 64,
+  "hidden_size": 32,
+  "intermediate_size": 48,
+  "num_hidden_layers": 2,
+  "num_attention_heads": 2,
+  "num_key_value_heads": 1,
+  "rms_norm_eps": 1e-6,
+  "rope_theta": 1e6,
+  "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]},
+  "tie_word_embeddings": True,
+  "eos_token_id": 59,
+  "vision_start_token_id": 60,
+  "vision_end_token_id": 61,
+  "video_token_id": 62,
+  "image_token_id": 63,
+  "vision_config": {
+    "depth": 2,
+    "hidden_size": 16,
+    "intermediate_size": 24,
+    "num_heads": 2,
+    "in_chans": 3,
+    "out_hidden_size": 32,
+    "patch_size": 14,
+    "spatial_merge_size": 2,
+    "temporal_patch_size": 2,
+    "window_size": 56,
+    "fullatt_block_indexes": [1],
+    "tokens_per_second": 2,
+  },
+}
+
+
+def write_tiny_qwen(folder):
+  """config.json + model.safetensors of random weights under the released key names."""
+  import json
+
+  from safetensors.numpy import save_file
+
+  from core.nn import qwen_vl_convert
+
+  qvl = vlm_lib.QwenVL.from_hf_config(TINY_QWEN)
+  rng = np.random.default_rng(0)
+  state = {}
+  for key, shape in qwen_vl_convert.checkpoint_shapes(qvl.decoder, qvl.tower).items():
+    scale = 0.3 if len(shape) > 1 else 0.1
+    state[key] = (rng.normal(0, scale, shape) + ("norm" in key or "ln_q" in key)).astype(np.float32)
+  save_file(state, str(folder / "model.safetensors"))
+  (folder / "config.json").write_text(json.dumps(TINY_QWEN))
+  return state
+
+
+def write_video(path, frames: int = 6, size=(56, 84)):
+  av = pytest.importorskip("av")
+  with av.open(str(path), "w") as container:
+    stream = container.add_stream("mpeg4", rate=2)
+    stream.height, stream.width = size
+    stream.pix_fmt = "yuv420p"
+    rng = np.random.default_rng(1)
+    for i in range(frames):
+      image = np.clip(rng.normal(40 * i, 30, (*size, 3)), 0, 255).astype(np.uint8)
+      for packet in stream.encode(av.VideoFrame.from_ndarray(image, format="rgb24")):
+        container.mux(packet)
+    for packet in stream.encode():
+      container.mux(packet)
+
+
 def test_gpu_variant_names_its_weights_then_its_data(tmp_path):
-  with pytest.raises(ConfigError, match="^config.model.checkpoint: "):
+  with pytest.raises(ConfigError, match="^config.model.checkpoint: not set"):
     loop.validate(marc_config.get_config("gpu"), data_devices=1)
-  weights = tmp_path / "model.safetensors.index.json"
-  weights.write_text("{}")
+  (tmp_path / "model.safetensors.index.json").write_text("{}")
   config = marc_config.get_config("gpu")
-  config.model.checkpoint = str(weights)
+  config.model.checkpoint = str(tmp_path)
+  with pytest.raises(ConfigError, match="^config.model.checkpoint: .*no \\*.safetensors"):
+    loop.validate(config, data_devices=1)
+  write_tiny_qwen(tmp_path)
   with pytest.raises(ConfigError, match="^config.data.data_dir: not set"):
     loop.validate(config, data_devices=1)
+  config.data.data_dir = str(tmp_path)
+  with pytest.raises(ConfigError, match="^config.data.data_dir: training on Video-R1"):
+    loop.validate(config, data_devices=1)
+
+
+def test_gpu_path_answers_a_video_as_teacher_and_merged_student(tmp_path):
+  from methods.marc import paper_scale
+
+  write_video(tmp_path / "clip.mp4")
+  write_tiny_qwen(tmp_path)
+  config = marc_config.get_config("gpu")
+  config.model.checkpoint = str(tmp_path)
+  config.model.dtype = "float32"
+  config.data.num_frames = 4  # 2 temporal patches; the merge keeps compress.budget = 1
+  config.data.update(min_pixels=28 * 28, max_pixels=56 * 84)  # frames stay 56 x 84: 6 tokens
+  videos = paper_scale.encode(config, [str(tmp_path / "clip.mp4")] * 2)
+  (tokens, grid, seconds), _ = videos
+  assert tokens.shape[:2] == (2, 6) and grid == (2, 4, 6)
+  assert seconds == pytest.approx(2 / (4 / 6 * 2))  # 4 of 6 frames at 2 fps
+  questions = [[3, 4, 5], [6, 7]]
+  for mode, slices in (("full", 2), ("merge", config.compress.budget)):
+    inputs = paper_scale.visual_input(config, videos, questions, mode)
+    assert list(inputs.visual_counts) == [slices * tokens.shape[1]] * 2
+    gen = paper_scale.answer(config, inputs, jax.random.key(0), max_new_tokens=3, temperature=1.0)
+    assert gen.tokens.shape == (2, 3) and bool(jnp.all(gen.log_probs < 0))
+  # the student's rollouts score the same teacher-forced (what a C-GRPO ratio needs)
+  scored = paper_scale.score(config, inputs, gen.tokens)
+  np.testing.assert_allclose(scored, gen.log_probs, atol=1e-4)
+
+
+@pytest.mark.slow
+def test_gpu_path_takes_a_cgrpo_step_on_the_merged_student(tmp_path):
+  from methods.marc import paper_scale
+
+  write_video(tmp_path / "clip.mp4")
+  write_tiny_qwen(tmp_path)
+  config = marc_config.get_config("gpu")
+  config.model.checkpoint = str(tmp_path)
+  config.model.dtype = "float32"
+  config.data.num_frames = 4
+  config.data.update(min_pixels=28 * 28, max_pixels=56 * 84)
+  config.rl.update(group=4, learning_rate=1e-3, beta=0.5)
+  videos = paper_scale.encode(config, [str(tmp_path / "clip.mp4")] * 2)
+  inputs = paper_scale.visual_input(config, videos, [[3, 4, 5], [6, 7]], "merge")
+  state = paper_scale.cgrpo_init(config)
+  # a reference away from the policy, so that the KL term alone gives a gradient
+  state["ref"] = jax.tree.map(lambda x: x * 1.05, state["ref"])
+  form = paper_scale.AnswerFormat(20, 21, (10, 11, 12))
+  new, metrics, gen = paper_scale.cgrpo_step(
+    config, state, inputs, [10, 11], [1.0, 0.5], form, jax.random.key(0), max_new_tokens=3
+  )
+  assert gen.tokens.shape == (2 * 4, 3)
+  correct, formed = grpo.completion_checks(
+    gen.tokens, gen.lengths, jnp.repeat(jnp.array([10, 11]), 4), *form
+  )
+  accuracy = float(jnp.mean(correct.astype(jnp.float32)))
+  assert float(metrics["reward_accuracy"]) == pytest.approx(accuracy)
+  assert all(bool(jnp.isfinite(v)) for v in jax.tree.leaves(metrics))
+  moved = jax.tree.map(lambda a, b: float(jnp.max(jnp.abs(a - b))), new["params"], state["params"])
+  assert max(jax.tree.leaves(moved)) > 0

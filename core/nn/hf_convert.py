@@ -20,9 +20,20 @@ Hugging Face names and layouts -> here:
   *.rotary_emb.inv_freq (older checkpoints)          recomputed here: dropped
 
 Linear weights `[out, in]` become kernels `[in, out]`. A missing, unexpected or misshapen key raises
-`CheckpointError` naming it. Not supported (an error names them in `transformer_settings`): attention
-biases (Qwen2), q/k norms (Qwen3) and RoPE frequency scaling (Llama 3.1's `rope_scaling`), which
-`core.nn.transformer.rope` does not implement.
+`CheckpointError` naming it.
+
+Qwen2 (`Qwen2ForCausalLM`, transformers/models/qwen2/modeling_qwen2.py) is the same stack with biases
+on the q/k/v projections (none on o_proj): `transformer_settings` of a `model_type: qwen2` config
+sets `attention_bias=True`, and the extra keys map as
+
+  model.layers.N.self_attn.q_proj.bias [H*d]         block_N/attention/query/bias [H, d]
+  model.layers.N.self_attn.k_proj / v_proj.bias      block_N/attention/key, value/bias [KV, d]
+
+Qwen2.5-VL's language model is this Qwen2 stack with M-RoPE (`core/nn/qwen_vl_convert.py` maps it,
+reusing `decoder_rules` under its own key prefix). Not supported (an error names them in
+`transformer_settings`): Llama's `attention_bias` (it also biases o_proj), q/k norms (Qwen3) and
+RoPE frequency scaling (Llama 3.1's `rope_scaling`), which `core.nn.transformer.rope` does not
+implement.
 """
 
 from __future__ import annotations
@@ -39,16 +50,26 @@ from core.nn import attention
 from core.nn.convert import CheckpointError, Rule, apply_rules, param_shapes
 from core.nn.transformer import Transformer
 
-__all__ = ["CheckpointError", "llama_to_flax", "read_safetensors", "transformer_settings"]
+__all__ = [
+  "CheckpointError",
+  "decoder_rules",
+  "llama_to_flax",
+  "read_safetensors",
+  "transformer_settings",
+]
 
 
 def transformer_settings(hf_config: Mapping) -> dict:
-  """`Transformer` keyword arguments for a Hugging Face Llama `config.json` (a dict)."""
+  """`Transformer` keyword arguments for a Hugging Face Llama or Qwen2 `config.json` (a dict)."""
   for key in ("rope_scaling", "attention_bias", "mlp_bias"):
     if hf_config.get(key):
       raise CheckpointError(f"config.json: {key}={hf_config[key]!r} is not supported")
-  if hf_config.get("model_type", "llama") != "llama":
-    raise CheckpointError(f"config.json: model_type {hf_config['model_type']!r} is not 'llama'")
+  rope = hf_config.get("rope_parameters") or {}  # transformers 5 nests rope_theta here
+  if rope.get("rope_type", "default") != "default":
+    raise CheckpointError(f"config.json: rope_parameters={rope!r} is not supported")
+  model_type = hf_config.get("model_type", "llama")
+  if model_type not in ("llama", "qwen2"):
+    raise CheckpointError(f"config.json: model_type {model_type!r} is not 'llama' or 'qwen2'")
   return dict(
     vocab_size=hf_config["vocab_size"],
     width=hf_config["hidden_size"],
@@ -58,25 +79,38 @@ def transformer_settings(hf_config: Mapping) -> dict:
     mlp="swiglu",
     mlp_hidden=hf_config["intermediate_size"],
     tie_embeddings=bool(hf_config.get("tie_word_embeddings", False)),
-    rope_base=float(hf_config.get("rope_theta", 10_000.0)),
+    rope_base=float(hf_config.get("rope_theta", rope.get("rope_theta", 10_000.0))),
     norm_eps=float(hf_config.get("rms_norm_eps", 1e-6)),
+    attention_bias=model_type == "qwen2",
   )
 
 
 def llama_to_flax(state_dict: Mapping[str, np.ndarray], model: Transformer) -> dict:
-  """Converts a Llama-layout state dict (numpy or jax arrays) into `model.init`'s `{"params": ...}`."""
+  """Converts a Llama- or Qwen2-layout state dict (numpy or jax arrays) into `model.init`'s
+  `{"params": ...}` (Qwen2's q/k/v biases when `model.attention_bias`)."""
   if model.mlp != "swiglu" or not model.use_rope or not model.vocab_size:
     raise CheckpointError("a Llama checkpoint needs Transformer(mlp='swiglu', use_rope=True)")
+  state_dict = {k: v for k, v in state_dict.items() if not k.endswith("rotary_emb.inv_freq")}
+  source = "Qwen2" if model.attention_bias else "Llama"
+  return apply_rules(
+    state_dict, decoder_rules(model), decoder_shapes(model), source=source, dtype=model.param_dtype
+  )
+
+
+def decoder_shapes(model: Transformer) -> dict:
+  """`param_shapes` of the decoder, without materialising it."""
   tokens = jnp.zeros((1, 2), jnp.int32)
-  expected = param_shapes(
+  return param_shapes(
     jax.eval_shape(lambda: model.init(jax.random.key(0), tokens, mask=attention.causal_mask()))
   )
-  state_dict = {k: v for k, v in state_dict.items() if not k.endswith("rotary_emb.inv_freq")}
-  return apply_rules(state_dict, _rules(model), expected, source="Llama", dtype=model.param_dtype)
 
 
-def _rules(model: Transformer) -> dict[str, Rule]:
-  """HF key -> (HF shape, conversion to {flax path: array})."""
+def decoder_rules(
+  model: Transformer, prefix: str = "model.", head: str = "lm_head."
+) -> dict[str, Rule]:
+  """HF key -> (HF shape, conversion to {flax path: array}), the decoder's keys under `prefix`
+  (`model.` in Llama and Qwen2, `model.language_model.` in transformers 5's Qwen2.5-VL) and the
+  untied head's under `head`; q/k/v biases when `model.attention_bias`."""
   d, h, kv, hd, f, v = (
     model.width,
     model.num_heads,
@@ -91,18 +125,24 @@ def _rules(model: Transformer) -> dict[str, Rule]:
 
   transpose = lambda w: jnp.asarray(w).T  # noqa: E731
   heads = lambda n: lambda w: jnp.asarray(w).reshape(n, hd, d).transpose(2, 0, 1)  # noqa: E731
-  rules = {"model.embed_tokens.weight": to(("embed", "embedding"), (v, d))}
-  rules["model.norm.weight"] = to(("final_norm", "scale"), (d,))
+  rules = {prefix + "embed_tokens.weight": to(("embed", "embedding"), (v, d))}
+  rules[prefix + "norm.weight"] = to(("final_norm", "scale"), (d,))
   if not model.tie_embeddings:
-    rules["lm_head.weight"] = to(("unembed", "kernel"), (v, d), transpose)
+    rules[head + "weight"] = to(("unembed", "kernel"), (v, d), transpose)
   for n in range(model.depth):
-    hf, ours = f"model.layers.{n}.", f"block_{n}"
+    hf, ours = f"{prefix}layers.{n}.", f"block_{n}"
     rules[hf + "input_layernorm.weight"] = to((ours, "attention_norm", "scale"), (d,))
     rules[hf + "post_attention_layernorm.weight"] = to((ours, "mlp_norm", "scale"), (d,))
     for name, ours_name, count in (("q", "query", h), ("k", "key", kv), ("v", "value", kv)):
       rules[hf + f"self_attn.{name}_proj.weight"] = to(
         (ours, "attention", ours_name, "kernel"), (count * hd, d), heads(count)
       )
+      if model.attention_bias:
+        rules[hf + f"self_attn.{name}_proj.bias"] = to(
+          (ours, "attention", ours_name, "bias"),
+          (count * hd,),
+          lambda b, count=count: jnp.asarray(b).reshape(count, hd),
+        )
     rules[hf + "self_attn.o_proj.weight"] = to(
       (ours, "attention", "out", "kernel"),
       (d, h * hd),

@@ -17,7 +17,14 @@ Choices:
   * MLP: SwiGLU (Shazeer 2020, "GLU Variants Improve Transformer", FFN_SwiGLU) or GELU; the SwiGLU
     hidden width defaults to 8D/3 (rounded up to a multiple of 8), parameter-matched to GELU's 4D.
   * Grouped-query attention (Ainslie et al. 2023) with `num_kv_heads` dividing `num_heads`; no biases
-    in the projections.
+    in the projections unless `attention_bias` (query/key/value biases, the output projection
+    without one, as in Qwen2 and Qwen2.5-VL's language model).
+  * Multimodal RoPE (M-RoPE, Qwen2-VL / Qwen2.5-VL, transformers' `Qwen2_5_VLRotaryEmbedding`):
+    with `mrope_section = (s_t, s_h, s_w)` (summing to head_dim / 2) the rotary frequency pairs are
+    split in three consecutive groups that rotate by the temporal, height and width position ids
+    `rope_positions [3, B, L]`; a text token has the three equal, which is plain RoPE. The rotary
+    positions are an input of their own (`rope_positions`, default `positions`) because M-RoPE ids
+    of visual tokens are not the sequence index that names the token's cache slot.
   * Masks are data: the caller passes an `attention.Mask` (causal, bidirectional, prefix-LM, packed
     segments, padding, arbitrary boolean `[B, 1 or H, Lq, Lk]`) or a boolean array; None = no mask.
   * Inputs: token ids `[B, L]`, continuous embeddings `[B, L, D]` (or `[B, L, input_dim]`, projected),
@@ -66,12 +73,24 @@ class TransformerOutput(NamedTuple):
   cache: dict[str, jax.Array] | None  # the updated KV cache, when one was passed
 
 
-def rope(x: jax.Array, positions: jax.Array, base: float = 10_000.0) -> jax.Array:
+def rope(
+  x: jax.Array,
+  positions: jax.Array,
+  base: float = 10_000.0,
+  sections: tuple[int, ...] | None = None,
+) -> jax.Array:
   """Rotary embedding of `x [B, L, H, D]` at `positions [B or 1, L]` (Su et al. 2021, Eq. 34):
-  channel pairs `(i, i + D/2)` rotate by `position * base^(-2i/D)`."""
+  channel pairs `(i, i + D/2)` rotate by `position * base^(-2i/D)`. With `sections` (M-RoPE),
+  `positions` is `[len(sections), B or 1, L]` and pair `i` reads the position axis of the section
+  it falls in (sections are consecutive runs of pairs summing to D/2)."""
   half = x.shape[-1] // 2
   freqs = base ** (-jnp.arange(half, dtype=jnp.float32) / half)
-  angles = positions.astype(jnp.float32)[..., None, None] * freqs  # [B, L, 1, D/2]
+  positions = positions.astype(jnp.float32)
+  if sections is None:
+    angles = positions[..., None, None] * freqs  # [B, L, 1, D/2]
+  else:
+    axis = np.repeat(np.arange(len(sections)), sections)  # pair -> position axis
+    angles = (jnp.moveaxis(positions, 0, -1)[..., axis] * freqs)[..., None, :]
   cos, sin = jnp.cos(angles), jnp.sin(angles)
   x1, x2 = x[..., :half].astype(jnp.float32), x[..., half:].astype(jnp.float32)
   return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(x.dtype)
@@ -137,17 +156,26 @@ class SelfAttention(nn.Module):
   param_dtype: Any = jnp.float32
   use_rope: bool = True
   shared_implementation: str | None = None
+  attention_bias: bool = False
+  mrope_section: tuple[int, ...] | None = None
 
   @nn.compact
-  def __call__(self, x, positions, mask, cache, shared_cache=None):
+  def __call__(self, x, positions, mask, cache, shared_cache=None, rope_positions=None):
     dense = functools.partial(
       nn.DenseGeneral, use_bias=False, dtype=self.dtype, param_dtype=self.param_dtype
     )
-    q = dense((self.num_heads, self.head_dim), name="query")(x)
-    k = dense((self.num_kv_heads, self.head_dim), name="key")(x)
-    v = dense((self.num_kv_heads, self.head_dim), name="value")(x)
+    projection = functools.partial(dense, use_bias=self.attention_bias)
+    q = projection((self.num_heads, self.head_dim), name="query")(x)
+    k = projection((self.num_kv_heads, self.head_dim), name="key")(x)
+    v = projection((self.num_kv_heads, self.head_dim), name="value")(x)
     if self.use_rope:
-      q, k = rope(q, positions, self.rope_base), rope(k, positions, self.rope_base)
+      rotary = functools.partial(
+        rope,
+        positions=positions if rope_positions is None else rope_positions,
+        base=self.rope_base,
+        sections=self.mrope_section,
+      )
+      q, k = rotary(q), rotary(k)
     if cache is not None:
       cache = write_cache(cache, self.layer, k, v, positions)
       k, v = cache["k"][self.layer].astype(q.dtype), cache["v"][self.layer].astype(q.dtype)
@@ -195,9 +223,11 @@ class Block(nn.Module):
   param_dtype: Any = jnp.float32
   use_rope: bool = True
   shared_implementation: str | None = None
+  attention_bias: bool = False
+  mrope_section: tuple[int, ...] | None = None
 
   @nn.compact
-  def __call__(self, x, positions, mask, cache, shared_cache=None):
+  def __call__(self, x, positions, mask, cache, shared_cache=None, rope_positions=None):
     norm = functools.partial(
       nn.RMSNorm, epsilon=self.norm_eps, dtype=self.dtype, param_dtype=self.param_dtype
     )
@@ -212,8 +242,10 @@ class Block(nn.Module):
       self.param_dtype,
       self.use_rope,
       self.shared_implementation,
+      self.attention_bias,
+      self.mrope_section,
       name="attention",
-    )(norm(name="attention_norm")(x), positions, mask, cache, shared_cache)
+    )(norm(name="attention_norm")(x), positions, mask, cache, shared_cache, rope_positions)
     x = x + h
     mlp = Mlp(self.mlp, self.mlp_hidden, self.dtype, self.param_dtype, name="mlp")
     return x + mlp(norm(name="mlp_norm")(x)), cache
@@ -241,6 +273,9 @@ class Transformer(nn.Module):
     use_rope: rotary position embeddings; False for set inputs (positions then only name slots).
     shared_attention_implementation: `kernels.buffer_attention`'s implementation for calls with
       a `shared_cache` (None: the kernel on GPU/TPU, XLA on CPU).
+    attention_bias: biases on the query, key and value projections (Qwen2); none on the output.
+    mrope_section: M-RoPE's `(temporal, height, width)` split of the head_dim / 2 rotary pairs
+      (Qwen2.5-VL: (16, 24, 24)); None = plain RoPE.
   """
 
   vocab_size: int
@@ -260,6 +295,8 @@ class Transformer(nn.Module):
   param_dtype: Any = jnp.float32
   use_rope: bool = True
   shared_attention_implementation: str | None = None
+  attention_bias: bool = False
+  mrope_section: tuple[int, ...] | None = None
 
   @property
   def kv_heads(self) -> int:
@@ -292,6 +329,11 @@ class Transformer(nn.Module):
       )
     if self.mlp not in MLP_KINDS:
       raise ValueError(f"Transformer: mlp must be one of {MLP_KINDS}, got {self.mlp!r}")
+    if self.mrope_section is not None and sum(self.mrope_section) != self.head_dim // 2:
+      raise ValueError(
+        f"Transformer: mrope_section={tuple(self.mrope_section)} must sum to head_dim / 2 = "
+        f"{self.head_dim // 2}"
+      )
 
   @nn.compact
   def __call__(
@@ -306,6 +348,7 @@ class Transformer(nn.Module):
     shared_cache: dict[str, jax.Array] | None = None,
     logits_at: jax.Array | None = None,
     return_hidden: bool = False,
+    rope_positions: jax.Array | None = None,
   ) -> TransformerOutput:
     """Runs the stack.
 
@@ -323,6 +366,9 @@ class Transformer(nn.Module):
         `logits` is `[B, K, V]` (a prefill's last token, a chain's predictions: with a large
         vocabulary the `[B, L, V]` logits of a long prompt never exist).
       return_hidden: also return every block's output, `[depth + 1, B, L, D]`.
+      rope_positions: int rotary positions when they differ from `positions`: `[B or 1, L]`, or
+        with `mrope_section` `[3, B or 1, L]` (M-RoPE's temporal / height / width ids; a 2-D
+        array gives all three axes the same ids). Default: `positions`.
     """
     self.check()
     table = None
@@ -338,6 +384,7 @@ class Transformer(nn.Module):
     x = self._inputs(table, tokens, embeddings, embeddings_at)
     batch, length = x.shape[:2]
     positions = self._positions(positions, batch, length)
+    rope_positions = self._rope_positions(rope_positions, positions, batch, length)
     mask = attention_lib.as_mask(mask)
     if cache is not None:
       self._check_cache(cache, batch)
@@ -364,8 +411,10 @@ class Transformer(nn.Module):
         self.param_dtype,
         self.use_rope,
         self.shared_attention_implementation,
+        self.attention_bias,
+        None if self.mrope_section is None else tuple(self.mrope_section),
         name=f"block_{layer}",
-      )(x, positions, mask, cache, shared_cache)
+      )(x, positions, mask, cache, shared_cache, rope_positions)
       hidden.append(x)
     features = nn.RMSNorm(
       epsilon=self.norm_eps, dtype=self.dtype, param_dtype=self.param_dtype, name="final_norm"
@@ -449,6 +498,23 @@ class Transformer(nn.Module):
         f"{np.shape(positions)}"
       )
     return jnp.broadcast_to(jnp.asarray(positions, jnp.int32), (batch, length))
+
+  def _rope_positions(self, rope_positions, positions, batch: int, length: int):
+    """`[B, L]` (plain RoPE) or `[3, B, L]` (M-RoPE) rotary positions."""
+    if rope_positions is None:
+      rope_positions = positions
+    axes = () if self.mrope_section is None else (3,)
+    shape = np.shape(rope_positions)
+    if len(shape) == 2 and axes:
+      rope_positions, shape = jnp.asarray(rope_positions)[None], (1,) + shape
+    if len(shape) != 2 + len(axes) or shape[-2] not in (1, batch) or shape[-1] != length:
+      raise ValueError(
+        f"Transformer: rope_positions must have shape [{'3, ' if axes else ''}{batch} or 1, "
+        f"{length}], got {np.shape(rope_positions)}"
+      )
+    if axes and shape[0] not in (1, 3):
+      raise ValueError(f"Transformer: M-RoPE rope_positions need 3 axes, got {shape}")
+    return jnp.broadcast_to(jnp.asarray(rope_positions, jnp.int32), axes + (batch, length))
 
   def _check_cache(self, cache, batch: int, shared: bool = False) -> None:
     what = "shared_cache" if shared else "cache"

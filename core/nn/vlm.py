@@ -20,6 +20,13 @@ Understanding" (ICLR 2026), where the teacher sees every frame and the student t
                  (the completion is words only).
   completion_log_probs  log pi(o_t | prompt, o_<t) of given completions, one forward, differentiable
                  (SFT, GRPO); equals the log-probs `generate` returns for its own samples.
+
+The paper-scale model, Qwen2.5-VL (`QwenVL`, built from a checkpoint folder by `load_qwen_vl`), runs
+through the same decoder class and decoding loop: its vision tower (`core.nn.qwen_vision`) turns the
+processor's pixel rows into visual tokens that replace the video's placeholder tokens
+(`embeddings_at`), the M-RoPE ids of the prompt come from `qwen_vision.rope_index` (host side, one
+per row), and decoding continues each row at cache slot + its rope delta (`qwen_generate`).
+`qwen_completion_log_probs` scores given completions in one forward, as `completion_log_probs` does.
 """
 
 from __future__ import annotations
@@ -31,9 +38,11 @@ from collections.abc import Sequence
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from core import decoding
-from core.nn import attention
+from core.nn import attention, qwen_vision
+from core.nn import qwen_vl_convert as qwen_convert
 from core.nn.transformer import Transformer, init_cache
 from core.token_merge import Frames
 
@@ -218,3 +227,173 @@ def generate(
     stop_tokens=tuple(stop_tokens),
     pad_id=vlm.pad_id,
   )
+
+
+# ---------------------------------------------------------------------------------------------------
+# Qwen2.5-VL (the paper-scale model)
+# ---------------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class QwenVL:
+  """Qwen2.5-VL as modules and special ids; params are `{"decoder", "vision"}`."""
+
+  decoder: Transformer
+  tower: qwen_vision.VisionTower
+  video_id: int
+  eos_id: int
+  start_id: int  # <|vision_start|>, before a video's placeholders
+  end_id: int  # <|vision_end|>, after them
+  pad_id: int = 0
+  rope_rule: str = "max"  # qwen_vision.rope_index
+
+  @classmethod
+  def from_hf_config(cls, hf_config: dict, dtype=jnp.float32, **kwargs) -> QwenVL:
+    ids = qwen_convert.special_ids(hf_config)
+    decoder = Transformer(**qwen_convert.text_settings(hf_config), dtype=dtype, param_dtype=dtype)
+    tower = qwen_vision.VisionTower(qwen_convert.vision_settings(hf_config), dtype, dtype)
+    named = ("video_token_id", "eos_token_id", "vision_start_token_id", "vision_end_token_id")
+    return cls(decoder, tower, *(ids[name] for name in named), **kwargs)
+
+  def video_prompt(self, tokens: int, before: Sequence[int], after: Sequence[int]) -> np.ndarray:
+    """`[*before, <|vision_start|>, <|video_pad|> x tokens, <|vision_end|>, *after]`: the
+    processor's expansion of one video in a tokenized chat prompt."""
+    video = [self.start_id] + [self.video_id] * tokens + [self.end_id]
+    return np.array([*before, *video, *after], np.int32)
+
+  def visual_tokens(self, params, pixels, grid: qwen_vision.Grid) -> jax.Array:
+    """The processor's pixel rows of the videos of `grid` -> `[tokens, width]`, in order."""
+    return self.tower.apply(params["vision"], pixels, grid)
+
+  def positions(
+    self, input_ids, prompt_lengths, grid: qwen_vision.Grid, seconds_per_grid=None, temporal=None
+  ):
+    """Host-side M-RoPE ids `[3, B, L]` and rope deltas `[B]` of right-padded prompts, row b
+    holding the video `grid[b]` (padding slots keep id 0: the causal mask never shows them);
+    `temporal[b]`: that video's temporal-patch coordinates (`qwen_vision.rope_index`)."""
+    input_ids, lengths = np.asarray(input_ids), np.asarray(prompt_lengths)
+    c = self.tower.config
+    rope = np.zeros((3,) + input_ids.shape, np.int32)
+    deltas = np.zeros(input_ids.shape[:1], np.int32)
+    for row, (ids, length) in enumerate(zip(input_ids, lengths, strict=True)):
+      seconds = None if seconds_per_grid is None else (seconds_per_grid[row],)
+      rope[:, row, :length], deltas[row] = qwen_vision.rope_index(
+        ids[:length],
+        self.video_id,
+        (grid[row],),
+        merge=c.spatial_merge_size,
+        tokens_per_second=c.tokens_per_second,
+        seconds_per_grid=seconds,
+        rule=self.rope_rule,
+        temporal=None if temporal is None else (temporal[row],),
+      )
+    return rope, deltas
+
+
+def load_qwen_vl(folder: str, dtype=jnp.float32, **kwargs) -> tuple[QwenVL, dict]:
+  """`(QwenVL, params)` from a checkpoint folder (config.json and its safetensors)."""
+  qvl = QwenVL.from_hf_config(qwen_convert.read_config(folder), dtype, **kwargs)
+  state = qwen_convert.read_state_dict(folder)
+  return qvl, qwen_convert.convert(state, qvl.decoder, qvl.tower)
+
+
+def qwen_embeddings(visual, at):
+  """`embeddings [B, L, d]` where the placeholder slots `at [B, L]`, row-major, take the visual
+  tokens `visual [n, d]` in order (as transformers' `masked_scatter` does)."""
+  index = jnp.clip(jnp.cumsum(at.reshape(-1)) - 1, 0, visual.shape[0] - 1).reshape(at.shape)
+  return visual[index]
+
+
+def qwen_prefill(qvl: QwenVL, params, tokens, prompt_lengths, visual, rope, max_new_tokens):
+  """`(next-token logits [B, V], cache)` of right-padded prompts `tokens [B, L]` whose video
+  placeholders take the visual tokens `visual [n, d]` (`QwenVL.visual_tokens`, row after row),
+  at M-RoPE ids `rope [3, B, L]` (`QwenVL.positions`)."""
+  at = tokens == qvl.video_id
+  embeddings = qwen_embeddings(visual, at)
+  batch, length = tokens.shape
+  positions = jnp.arange(length, dtype=jnp.int32)[None]
+  out = qvl.decoder.apply(
+    params["decoder"],
+    tokens,
+    embeddings,
+    embeddings_at=at,
+    positions=positions,
+    rope_positions=rope,
+    mask=attention.causal_mask(q_positions=positions),
+    cache=init_cache(qvl.decoder, batch, length + max_new_tokens),
+    logits_at=(jnp.asarray(prompt_lengths) - 1)[:, None],
+  )
+  return out.logits[:, 0], out.cache
+
+
+@dataclasses.dataclass(frozen=True)
+class _RopeShifted:
+  """The decoder as `core.decoding` calls it, with each row's rotary positions at slot + delta
+  (M-RoPE continues text ids past a video's compact ids)."""
+
+  decoder: Transformer
+  deltas: jax.Array  # [B]
+
+  def apply(self, params, tokens, *, positions, **kwargs):
+    rope = positions + self.deltas[:, None]
+    return self.decoder.apply(params, tokens, positions=positions, rope_positions=rope, **kwargs)
+
+
+def qwen_generate(
+  qvl: QwenVL,
+  params,
+  tokens,
+  prompt_lengths,
+  visual,
+  rope,
+  deltas,
+  rng,
+  *,
+  max_new_tokens: int,
+  sampling: decoding.Sampling,
+  stop_tokens: Sequence[int] = (),
+) -> decoding.Generation:
+  """Prefill, then `core.decoding.decode_loop` (rotary ids at slot + `deltas [B]`)."""
+  logits, cache = qwen_prefill(qvl, params, tokens, prompt_lengths, visual, rope, max_new_tokens)
+  return decoding.decode_loop(
+    _RopeShifted(qvl.decoder, jnp.asarray(deltas, jnp.int32)),
+    params["decoder"],
+    logits,
+    cache,
+    prompt_lengths,
+    rng,
+    max_new_tokens=max_new_tokens,
+    sampling=sampling,
+    stop_tokens=tuple(stop_tokens) or (qvl.eos_id,),
+    pad_id=qvl.pad_id,
+  )
+
+
+def qwen_completion_log_probs(
+  qvl: QwenVL, params, tokens, prompt_lengths, visual, rope, deltas, completion
+):
+  """`log pi(completion_t | prompt, completion_<t)` `[B, C]` in one teacher-forced forward of the
+  prompts (right-padded, `[B, L]`) followed by the completions."""
+  batch, length = tokens.shape
+  steps = completion.shape[1]
+  index = jnp.arange(length + steps)[None]
+  lengths = jnp.asarray(prompt_lengths)[:, None]
+  c_index = jnp.clip(index - lengths, 0, steps - 1)
+  sequence = jnp.concatenate([tokens, jnp.full((batch, steps), qvl.pad_id, tokens.dtype)], 1)
+  sequence = jnp.where(index >= lengths, jnp.take_along_axis(completion, c_index, 1), sequence)
+  text_rope = jnp.broadcast_to(index + jnp.asarray(deltas)[:, None], (3, batch, length + steps))
+  padded = jnp.concatenate([rope, jnp.zeros((3, batch, steps), rope.dtype)], -1)
+  rope = jnp.where(index >= lengths, text_rope, padded)
+  at = (sequence == qvl.video_id) & (index < lengths)
+  embeddings = qwen_embeddings(visual, at)
+  logits = qvl.decoder.apply(
+    params["decoder"],
+    sequence,
+    embeddings,
+    embeddings_at=at,
+    rope_positions=rope,
+    mask=attention.causal_mask(),
+    logits_at=lengths - 1 + jnp.arange(steps)[None],
+  ).logits
+  log_probs = jax.nn.log_softmax(logits)
+  return jnp.take_along_axis(log_probs, completion[..., None], -1)[..., 0]

@@ -21,13 +21,17 @@ Map to the paper:
   `phases.py`                retriever, teacher, teacher answers (a_full), students, evaluate.
   `evaluation.py`            accuracy per arm and question type, token ratio, FLOPs, latency.
   `study.py`                 arms (seeds), the table, the summary, the figure.
+  `paper_scale.py`           the gpu variant's model: Qwen2.5-VL-3B from `model.checkpoint` as
+                             teacher (all visual tokens) and student (merged), on video files;
+                             what it does not yet run is listed there.
 """
 
 from __future__ import annotations
 
 import ml_collections
 
-from methods.base import Method, require, require_file, require_positive_int
+from methods.base import Method, require, require_positive_int
+from methods.marc import paper_scale
 from methods.marc.phases import STUDENTS, phases
 from methods.marc.study import report, study_arms
 
@@ -134,12 +138,23 @@ def _validate_rl(config) -> None:
 
 
 def _validate_paper_scale(config) -> None:
-  require_file(
-    config,
+  problem = paper_scale.checkpoint_problem(config.model.checkpoint)
+  require(
+    problem is None,
     "model.checkpoint",
-    "Qwen2.5-VL-3B-Instruct's model.safetensors.index.json",
-    "download the model on a machine with network access and pass "
-    "--config.model.checkpoint=DIR/model.safetensors.index.json",
+    f"{problem}; expected the Qwen2.5-VL-3B-Instruct folder (config.json and its *.safetensors); "
+    "download Qwen/Qwen2.5-VL-3B-Instruct on a machine with network access and pass "
+    "--config.model.checkpoint=DIR (docs/paper_scale.md)",
+  )
+  d = config.data
+  require(
+    28 * 28 <= d.min_pixels <= d.max_pixels,
+    "data.min_pixels",
+    f"need 784 <= min_pixels <= max_pixels, got {d.min_pixels}, {d.max_pixels}",
+  )
+  dtypes = tuple(paper_scale.DTYPES)
+  require(
+    config.model.dtype in dtypes, "model.dtype", f"one of {dtypes}, got {config.model.dtype!r}"
   )
   require(
     bool(config.data.data_dir),
@@ -150,9 +165,10 @@ def _validate_paper_scale(config) -> None:
   require(
     False,
     "data.data_dir",
-    "training on Video-R1 videos with Qwen2.5-VL is not implemented: this repository has no "
-    "Qwen2.5-VL converter (its attention biases and multimodal RoPE are not in "
-    "core/nn/transformer.py) and no video reader; the EventWorld variants run end to end",
+    "training on Video-R1 with Qwen2.5-VL is not implemented: the checkpoint loads and answers "
+    "video files as teacher and merged-input student (methods/marc/paper_scale.py), but the "
+    "Video-R1 reader, Qwen's tokenizer and the 3B C-GRPO loop are not written; the EventWorld "
+    "variants run end to end",
   )
 
 
