@@ -23,14 +23,16 @@ Variants:
            CPU-minutes (19 minutes wall on the shared machine).
   gpu      the same pipeline at a larger synthetic scale on one accelerator (64x64 renders, 16 frames,
            wider networks, 48 clips); no weights needed.
-  paper    the paper's networks: SD-1.5 (Realistic Vision 5.1) VAE and UNet with IC-Light's fc offsets
-           and AnimateDiff's motion adapter v1-5-3, named in `*_checkpoint` fields (empty by default;
-           validation stops naming the first missing one). This repository has no Flax port of those
-           UNets; `core/nn/iclight_convert.py` converts and checks the IC-Light fc state dict, the part
-           of the layout LightCtrl changes.
+  paper    the arms on the paper's networks (no training phase): SD-1.5 (Realistic Vision 5.1) VAE,
+           CLIP text encoder and UNet, IC-Light fc (the UNet + offsets, 8 input channels) as the
+           relighter and the UNet + AnimateDiff's motion adapter v1-5-3 as the video prior
+           (methods/lightctrl/paper.py, core/nn/sd_unet.py), named in `paper.*` fields (empty by
+           default; validation stops naming the first missing one).
 
   python experiments/train.py --config=configs/lightctrl.py --workdir=runs/lightctrl
   python experiments/study.py --config=configs/lightctrl.py:study --workdir=runs/lightctrl_study
+  python experiments/train.py --config=configs/lightctrl.py:paper --workdir=runs/lightctrl_paper \
+    --config.paper.vae_checkpoint=... (every paper.* file; docs/methods/lightctrl.md)
 """
 
 import ml_collections
@@ -111,6 +113,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.diffusion.train_steps = 1000
   config.diffusion.beta_start = 0.00085  # SD-1.5's scaled-linear betas (both networks)
   config.diffusion.beta_end = 0.012
+  # the video prior's sampler betas: "scaled_linear" (as trained here) | "linear" (the official
+  # relight.py reloads AnimateDiff's Euler-ancestral scheduler with beta_schedule="linear")
+  config.diffusion.video_beta_schedule = "scaled_linear"
 
   config.pipeline = ml_collections.ConfigDict()
   config.pipeline.num_steps = 8  # video-prior steps that run (paper: 25 of round(25/0.5) = 50)
@@ -133,6 +138,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   )
   config.pipeline.gar_filter = "butterworth"  # "butterworth" | "gaussian" | "ideal"
   config.pipeline.gar_order = 4  # Butterworth order
+  config.pipeline.clips_per_call = 0  # clips through the networks at once (0: every clip)
 
   config.evaluation = ml_collections.ConfigDict()
   config.evaluation.num_clips = 6  # clips along the paper's six trajectories, prompts cycled
@@ -150,11 +156,30 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   )
   config.evaluation.figure_clip = 0  # the clip drawn frame by frame in the figure
 
+  # The paper's networks (variant "paper"), each a diffusers / transformers folder's weights with the
+  # folder's config.json beside it. The UNet must be in diffusers' layout (the unet/ folder of a
+  # diffusers pipeline), not the original LDM single file (model.diffusion_model.*) of Realistic
+  # Vision / SD-1.5 downloads: convert one with diffusers' from_single_file + save_pretrained.
   config.paper = ml_collections.ConfigDict()
-  config.paper.vae_checkpoint = ""  # SD-1.5 VAE (diffusers AutoencoderKL) as .safetensors
-  config.paper.unet_checkpoint = ""  # Realistic Vision 5.1 UNet as .safetensors
-  config.paper.iclight_checkpoint = ""  # iclight_sd15_fc.safetensors (offsets + 8-channel conv_in)
-  config.paper.motion_checkpoint = ""  # AnimateDiff motion adapter v1-5-3 as .safetensors
+  config.paper.vae_checkpoint = ""  # vae/diffusion_pytorch_model.safetensors (SD-1.5's VAE)
+  config.paper.unet_checkpoint = ""  # unet/diffusion_pytorch_model.safetensors (RV 5.1)
+  config.paper.iclight_checkpoint = ""  # iclight_sd15_fc.safetensors (offsets, 8-channel conv_in)
+  config.paper.motion_checkpoint = ""  # motion adapter v1-5-3: diffusion_pytorch_model.safetensors
+  config.paper.text_encoder_checkpoint = ""  # text_encoder/model.safetensors (CLIP ViT-L/14)
+  config.paper.tokenizer_vocab = ""  # tokenizer/vocab.json
+  config.paper.tokenizer_merges = ""  # tokenizer/merges.txt
+  # one text per lighting prompt (white / warm / cool light, core/data/lambertian.py PROMPTS), the
+  # video prior's prompt and, with `relight_suffix`, the relighter's (LightCtrl's Relighter appends
+  # ", best quality"); both networks' guidance uses `negative_prompt` (the official configs set
+  # "bad quality, worse quality" for the video prior and IC-Light's "lowres, bad anatomy, ..." for
+  # the relighter)
+  config.paper.prompts = (
+    "a scene on a table lit by a white point light",
+    "a scene on a table lit by a warm orange point light",
+    "a scene on a table lit by a cool blue point light",
+  )
+  config.paper.relight_suffix = ", best quality"
+  config.paper.negative_prompt = ""
 
   config.loop = common.loop_config(log_every=100, checkpoint_every=500)
   common.add_parallelism(config)
@@ -185,4 +210,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.pipeline.num_steps = 25
     config.pipeline.relight_steps = 15
     config.evaluation.arms = ARMS
+    config.diffusion.video_beta_schedule = "linear"
+    # one 16-frame 512 px clip at a time: full-softmax attention over 64x64 latents holds
+    # 16 x 8 x 4096^2 float32 logits (8.6 GB) per call
+    config.pipeline.clips_per_call = 1
   return config

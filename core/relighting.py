@@ -7,7 +7,8 @@ video diffusion prior, relights a video along a user-given light trajectory; Lig
 makes the light follow the path and Geometry-Aware Relighting (GAR) removes the source shading.
 
 Schedules and samplers (diffusers' `EulerAncestralDiscreteScheduler` in its sigma parameterisation):
-- `scaled_linear_alpha_bars`: SD-1.5's betas, `beta = linspace(sqrt(b0), sqrt(b1), N)^2`.
+- `scaled_linear_alpha_bars`: SD-1.5's betas, `beta = linspace(sqrt(b0), sqrt(b1), N)^2`;
+  `linear_alpha_bars`: `beta = linspace(b0, b1, N)` (the official code's video scheduler).
 - `euler_schedule`: `round(steps / strength)` "linspace" timesteps, of which the last `steps` run
   (SDEdit: video-to-video at strength 0.5, IC-Light img2img at 0.9), their sigmas
   `sqrt((1 - abar) / abar)` and a final 0. The state is `z = x0 + sigma eps`; the network sees
@@ -76,6 +77,18 @@ def scaled_linear_alpha_bars(
   float32 numpy (a constant also under `jax.jit`, where schedules are built)."""
   betas = np.linspace(beta_start**0.5, beta_end**0.5, num_train_steps, dtype=np.float64) ** 2
   return np.cumprod(1.0 - betas).astype(np.float32)
+
+
+def linear_alpha_bars(
+  num_train_steps: int = 1000, beta_start: float = 0.00085, beta_end: float = 0.012
+) -> np.ndarray:
+  """`abar_n` for "linear" betas `linspace(b0, b1, N)` (AnimateDiff's inference configs, and the
+  video scheduler of LightCtrl's `relight.py`), shape `(N,)`, float32 numpy."""
+  betas = np.linspace(beta_start, beta_end, num_train_steps, dtype=np.float64)
+  return np.cumprod(1.0 - betas).astype(np.float32)
+
+
+BETA_SCHEDULES = {"scaled_linear": scaled_linear_alpha_bars, "linear": linear_alpha_bars}
 
 
 class EulerSchedule(NamedTuple):

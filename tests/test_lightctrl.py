@@ -5,6 +5,7 @@ import importlib
 import itertools
 import json
 import math
+import re
 
 import chex
 import jax
@@ -334,6 +335,9 @@ def test_smoke_run_through_the_loop_and_resume(tmp_path):
     assert math.isfinite(results[key]), key
   assert summary.step_traces == {"autoencoder": 1, "relighter": 1, "video_prior": 1, "relight": 0}
   assert (tmp_path / "relit_frames.png").exists()
+  assert sorted(p.stem for p in (tmp_path / "relit_clips").glob("*.gif")) == sorted(
+    config.evaluation.arms
+  )
   report = lightctrl.report(
     config, {"lightctrl": json.loads((tmp_path / "results.json").read_text())}
   )
@@ -366,3 +370,166 @@ def test_iclight_fc_merge_on_random_weights_of_the_real_layout():
   del offsets["down_blocks.0.resnets.0.conv1.weight"]
   with pytest.raises(iclight_convert.CheckpointError, match="down_blocks.0.resnets.0.conv1"):
     iclight_convert.merge_fc_offsets(base, offsets)
+
+
+# ---------------------------------------------------------------------------------------------------
+# The paper variant on tiny random weights of the real layouts
+# ---------------------------------------------------------------------------------------------------
+
+
+def _torch_layout(shapes, name, rng):
+  """Random weights in torch layout for Flax parameter shapes, keyed by `name(path)`."""
+  out = {}
+  for path, shape in shapes.items():
+    if path[-1] == "kernel" and len(shape) == 4:
+      shape = (shape[3], shape[2], shape[0], shape[1])
+    elif path[-1] == "kernel":
+      shape = shape[::-1]
+    fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else 1
+    value = (
+      rng.normal(size=shape) / np.sqrt(fan_in) if len(shape) > 1 else 0.1 * rng.normal(size=shape)
+    )
+    if path[-1] == "scale":
+      value = value + 1.0
+    out[name(path)] = value.astype(np.float32)
+  return out
+
+
+def _dotted(path, prefix=""):
+  """`encoder/layers_3/self_attn/q_proj/kernel` -> `encoder.layers.3.self_attn.q_proj.weight`."""
+  parts = [re.sub(r"_(\d+)$", r".\1", part) for part in path[:-1]]
+  return prefix + ".".join(parts + ["bias" if path[-1] == "bias" else "weight"])
+
+
+def write_tiny_paper_files(root) -> dict[str, str]:
+  """SD-1.5-layout folders at toy widths (random weights): the config.paper fields pointing at them."""
+  from safetensors.numpy import save_file
+
+  from core.nn import clip_text, sd_unet, sd_unet_convert
+  from core.nn.convert import param_shapes
+
+  rng = np.random.default_rng(0)
+  text_config = clip_text.CLIPTextConfig.tiny()
+  unet_json = {
+    "in_channels": 4,
+    "out_channels": 4,
+    "block_out_channels": [32, 64],
+    "down_block_types": ["CrossAttnDownBlock2D", "DownBlock2D"],
+    "up_block_types": ["UpBlock2D", "CrossAttnUpBlock2D"],
+    "layers_per_block": 1,
+    "attention_head_dim": 2,
+    "cross_attention_dim": text_config.hidden_size,
+    "norm_num_groups": 8,
+  }
+  adapter_json = {
+    "block_out_channels": [32, 64],
+    "motion_layers_per_block": 1,
+    "motion_num_attention_heads": 2,
+    "motion_norm_num_groups": 8,
+    "motion_max_seq_length": 8,
+    "use_motion_mid_block": False,
+  }
+  unet_config = sd_unet.UNetConfig.from_diffusers(unet_json).with_motion(adapter_json)
+  video = _torch_layout(
+    sd_unet_convert.expected_shapes(unet_config), sd_unet_convert.torch_name, rng
+  )
+  motion = {k: v for k, v in video.items() if ".motion_modules." in k}
+  unet = {k: v for k, v in video.items() if k not in motion}
+  offsets = {k: 0.01 * rng.normal(size=v.shape).astype(np.float32) for k, v in unet.items()}
+  offsets["conv_in.weight"] = 0.1 * rng.normal(size=(32, 8, 3, 3)).astype(np.float32)
+
+  with np.load("tests/fixtures/sd_vae.npz", allow_pickle=False) as archive:
+    vae = {
+      k[len("state_dict.") :]: archive[k] for k in archive.files if k.startswith("state_dict.")
+    }
+    vae_json = json.loads(str(archive["config_json"]))
+  ids = jnp.zeros((1, text_config.max_position_embeddings), jnp.int32)
+  text_shapes = param_shapes(
+    jax.eval_shape(clip_text.CLIPTextModel(text_config).init, jax.random.key(0), ids)
+  )
+  text = _torch_layout(text_shapes, lambda p: _dotted(p, "text_model."), rng)
+  text = {k.replace(".embedding.weight", ".weight"): v for k, v in text.items()}
+
+  files = {}
+  for name, state, cfg, field in (
+    ("unet", unet, unet_json, "unet_checkpoint"),
+    ("motion", motion, adapter_json, "motion_checkpoint"),
+    ("vae", vae, vae_json, "vae_checkpoint"),
+    ("text_encoder", text, dict(vars(text_config)), "text_encoder_checkpoint"),
+    ("iclight", offsets, None, "iclight_checkpoint"),
+  ):
+    folder = root / name
+    folder.mkdir()
+    save_file(state, str(folder / "weights.safetensors"))
+    if cfg is not None:
+      (folder / "config.json").write_text(json.dumps(cfg))
+    files[field] = str(folder / "weights.safetensors")
+  files |= write_tiny_tokenizer(root / "tokenizer")
+  return files
+
+
+def write_tiny_tokenizer(folder) -> dict[str, str]:
+  """CLIP's byte-level BPE files with no merges: every byte with and without `</w>`, the specials."""
+  from core.data.tokenizers import bytes_to_unicode
+
+  folder.mkdir()
+  chars = list(bytes_to_unicode().values())
+  vocab = chars + [c + "</w>" for c in chars] + ["<|startoftext|>", "<|endoftext|>"]
+  (folder / "vocab.json").write_text(json.dumps({t: i for i, t in enumerate(vocab)}))
+  (folder / "merges.txt").write_text("#version: 0.2\n")
+  return {
+    "tokenizer_vocab": str(folder / "vocab.json"),
+    "tokenizer_merges": str(folder / "merges.txt"),
+  }
+
+
+def tiny_paper_config(files):
+  config = lightctrl_config.get_config("paper")
+  config.data.update(frames=2, size=16, max_objects=1, light_radius=3.0, light_height=8.0)
+  config.pipeline.update(num_steps=2, relight_steps=2)
+  config.evaluation.update(num_clips=2, arms=("per_frame", "per_frame_sdedit_0.2", "lightctrl"))
+  config.paper.update(files)
+  return config
+
+
+@pytest.mark.slow
+def test_paper_variant_runs_the_arms_on_tiny_sd15_networks(tmp_path):
+  from methods.lightctrl import paper
+
+  files = write_tiny_paper_files(tmp_path)
+  config = tiny_paper_config(files)
+  lightctrl.validate(config)
+  weights = paper.load_weights(config)
+  assert weights["relighter"]["params"]["conv_in"]["kernel"].shape == (3, 3, 8, 32)
+  assert "down_blocks_0_motion_modules_0" in weights["video"]["params"]
+  assert weights["text"]["relight"].shape == (3, 77, 32)
+  videos, clips = pipeline.run_arms(config, weights, jax.random.key(0))
+  for arm, video in videos.items():
+    chex.assert_shape(video, clips["source"].shape)
+    assert np.all(np.isfinite(video)) and video.min() >= 0 and video.max() <= 1, arm
+  # the arms differ: the relighter and the video prior both act
+  assert np.abs(videos["lightctrl"] - videos["per_frame"]).max() > 1e-3
+  # through the loop: one phase, no training, an empty state
+  summary = loop.run(config, str(tmp_path / "run"))
+  assert summary.step_traces == {"relight": 0}
+  for key in ("psnr", "light_following", "flicker", "per_frame/psnr"):
+    assert math.isfinite(summary.results[key]), key
+  assert (tmp_path / "run" / "relit_frames.png").exists()
+  assert (tmp_path / "run" / "relit_clips" / "lightctrl.gif").exists()
+  # a missing file is named, and so is a checkpoint that does not fit
+  with pytest.raises(loop.ConfigError, match="config.paper.motion_checkpoint:"):
+    lightctrl.validate(tiny_paper_config({**files, "motion_checkpoint": ""}))
+  with pytest.raises(loop.ConfigError, match="config.paper.iclight_checkpoint: .*conv_in.weight"):
+    paper.load_weights(tiny_paper_config({**files, "iclight_checkpoint": files["unet_checkpoint"]}))
+
+
+def test_clip_gifs_hold_the_figure_clip_of_every_arm():
+  config = tiny_config()
+  config.evaluation.figure_clip = 1
+  shape = (2, config.data.frames, config.data.size, config.data.size, 3)
+  videos = {"per_frame": np.full(shape, 0.25), "lightctrl": np.full(shape, 1.5)}
+  videos["lightctrl"][1] = 0.75
+  clips = pipeline.clip_gifs(config, videos)
+  assert set(clips.clips) == {"per_frame", "lightctrl"} and clips.scale * config.data.size >= 128
+  chex.assert_shape(clips.clips["lightctrl"], shape[1:])
+  np.testing.assert_allclose(clips.clips["lightctrl"], 0.75)

@@ -8,8 +8,8 @@ LightCtrl (GVCLab/LightCtrl, `relight.py`) loads the relighter this way on Reali
 
 `merge_fc_offsets(base, offsets)` does both steps on numpy state dicts (PyTorch layout) and checks
 every key and shape, naming the first that does not fit; `conv_kernel_to_flax` turns a PyTorch conv
-kernel `(out, in, kh, kw)` into Flax's `(kh, kw, in, out)`. A Flax port of the rest of the SD-1.5 UNet
-(and AnimateDiff's motion modules) is not part of this repository.
+kernel `(out, in, kh, kw)` into Flax's `(kh, kw, in, out)`. Errors are `core.nn.convert.CheckpointError`.
+The merged state dict converts into the Flax SD-1.5 UNet with `core.nn.sd_unet_convert.iclight_unet`.
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from core.nn.convert import CheckpointError
+
+__all__ = ["CheckpointError", "conv_kernel_to_flax", "merge_fc_offsets", "widen_conv_in"]
+
 CONV_IN = "conv_in.weight"
 CONDITION_CHANNELS = 4  # the foreground latent IC-Light fc concatenates
-
-
-class CheckpointError(ValueError):
-  """A state dict whose keys or shapes do not fit; the message names the key."""
 
 
 def widen_conv_in(base: Mapping[str, np.ndarray], extra: int = CONDITION_CHANNELS) -> dict:

@@ -10,7 +10,8 @@ suppresses the source light.
 Phases (`phases.py`): `autoencoder`, `relighter` and `video_prior` train the three small networks on
 rendered Lambertian scenes (`core/data/lambertian.py`); `relight` (0 steps, `pipeline.py`) runs the
 training-free pipeline of `core/relighting.py` and its baselines on clips along the paper's six
-trajectories and measures them against the target renders (`core/relight_metrics.py`).
+trajectories and measures them against the target renders (`core/relight_metrics.py`). The `paper`
+variant runs only `relight`, on SD-1.5 + IC-Light fc + AnimateDiff v1-5-3 (`paper.py`).
 `results.json`: `psnr`, `ssim`, `light_following`, `psnr_light`, `source_leakage`, `flicker`,
 `prompt_error` of the headline arm, and `<arm>/<metric>` for every arm. The study (`study.py`) is one
 run whose relight phase evaluates every arm; its report tabulates them.
@@ -22,14 +23,12 @@ import ml_collections
 
 from core import relighting
 from methods.base import (
-  ConfigError,
   Method,
   require,
   require_choice,
-  require_file,
   require_positive_int,
 )
-from methods.lightctrl import pipeline
+from methods.lightctrl import paper, pipeline
 from methods.lightctrl.models import (
   alpha_bars,
   autoencoder,
@@ -51,6 +50,7 @@ __all__ = [
   "encode",
   "evaluation_clips",
   "latent_size",
+  "paper",
   "phases",
   "pipeline",
   "relighter",
@@ -60,21 +60,14 @@ __all__ = [
   "video_prior",
 ]
 
-PAPER_WEIGHTS = (
-  ("paper.vae_checkpoint", "the SD-1.5 VAE (diffusers AutoencoderKL) as .safetensors"),
-  ("paper.unet_checkpoint", "the Realistic Vision 5.1 SD-1.5 UNet as .safetensors"),
-  ("paper.iclight_checkpoint", "IC-Light's iclight_sd15_fc.safetensors"),
-  ("paper.motion_checkpoint", "AnimateDiff's motion adapter v1-5-3 as .safetensors"),
-)
-
 
 def validate(config: ml_collections.ConfigDict) -> None:
   _validate_data(config)
   _validate_training(config)
   _validate_pipeline(config)
   _validate_evaluation(config)
-  if config.variant == "paper" or any(config.paper[f.split(".")[1]] for f, _ in PAPER_WEIGHTS):
-    _validate_paper(config)
+  if config.variant == "paper":
+    paper.validate(config)
 
 
 def _validate_data(config) -> None:
@@ -131,6 +124,7 @@ def _validate_training(config) -> None:
     rate = config[section].prompt_dropout
     require(0 <= rate < 1, f"{section}.prompt_dropout", "must be in [0, 1)")
   d = config.diffusion
+  require_choice(config, "diffusion.video_beta_schedule", tuple(relighting.BETA_SCHEDULES))
   require_positive_int(config, "diffusion.train_steps")
   require(
     0 < d.beta_start < d.beta_end < 1, "diffusion.beta_end", "need 0 < beta_start < beta_end < 1"
@@ -152,6 +146,11 @@ def _validate_pipeline(config) -> None:
   require_choice(config, "pipeline.gar_filter", relighting.FILTERS)
   require_positive_int(config, "pipeline.gar_order")
   require(isinstance(p.detail, bool), "pipeline.detail", "must be a bool")
+  require(
+    isinstance(p.clips_per_call, int) and p.clips_per_call >= 0,
+    "pipeline.clips_per_call",
+    f"must be an int >= 0 (0: every clip at once), got {p.clips_per_call}",
+  )
 
 
 def _validate_evaluation(config) -> None:
@@ -168,23 +167,6 @@ def _validate_evaluation(config) -> None:
   require(e.headline in e.arms, "evaluation.headline", f"{e.headline!r} is not in evaluation.arms")
   require(
     0 <= e.figure_clip < e.num_clips, "evaluation.figure_clip", "must index an evaluation clip"
-  )
-
-
-def _validate_paper(config) -> None:
-  """The paper's networks: the files must exist; running them needs Flax ports of SD-1.5's UNet with
-  AnimateDiff's motion modules, which this repository does not have."""
-  for field, what in PAPER_WEIGHTS:
-    require_file(
-      config,
-      field,
-      what,
-      "download it on a machine with network access and pass its path",
-    )
-  raise ConfigError(
-    "config.paper.unet_checkpoint: the SD-1.5 UNet / AnimateDiff networks have no Flax port in this "
-    "repository (core/nn/iclight_convert.py converts the IC-Light fc weights only); "
-    "see docs/methods/lightctrl.md"
   )
 
 

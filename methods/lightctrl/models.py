@@ -5,9 +5,15 @@ autoencoder  `ConvAutoencoder` (core/nn/small_unet.py); `encode` / `decode` appl
 relighter    `ConditionalUNet`: noisy latent || condition latent (|| light-map latent for "fbc"),
              the lighting prompt as its class (IC-Light fc's widened conv_in and text prompt).
 video_prior  `VideoDiT` (core/nn/dit.py) on latent clips, the prompt as its class (AnimateDiff).
+
+`Networks` is what the pipeline (`pipeline.py`) runs: `trained_networks` wraps these three, and
+`paper.py` builds the same callables from the paper's converted SD-1.5 networks.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -70,6 +76,12 @@ def alpha_bars(config) -> np.ndarray:
   return relighting.scaled_linear_alpha_bars(d.train_steps, d.beta_start, d.beta_end)
 
 
+def video_alpha_bars(config) -> np.ndarray:
+  """The video prior's sampler schedule: `diffusion.video_beta_schedule` over the same betas."""
+  d = config.diffusion
+  return relighting.BETA_SCHEDULES[d.video_beta_schedule](d.train_steps, d.beta_start, d.beta_end)
+
+
 def encode(config, ae, images: jax.Array) -> jax.Array:
   """Unit-scale latents of images `(..., H, W, 3)`; `ae` is the autoencoder phase's output."""
   lead = images.shape[:-3]
@@ -88,6 +100,46 @@ def decode(config, ae, latents: jax.Array) -> jax.Array:
 def grey(maps: jax.Array) -> jax.Array:
   """Light maps `(..., H, W)` as grey RGB images."""
   return jnp.repeat(maps[..., None], 3, axis=-1)
+
+
+class Networks(NamedTuple):
+  """The pipeline's networks, images `(..., H, W, 3)` in [0, 1], latents `(..., H/f, W/f, C)`.
+
+  encode / decode: images <-> diffusion-scale latents (any leading axes).
+  relighter_eps: `(z_in (N, h, w, C), t (N,), condition (N, h, w, C'), prompt (N,), conditional)
+    -> eps` (IC-Light fc: the condition concatenated to the noisy latent, the prompt's text or the
+    null prompt when `conditional` is False).
+  video_eps: `(z_in (B, F, h, w, C), t (B,), prompt (B,), conditional) -> eps` (AnimateDiff).
+  factor: f, image pixels per latent pixel.
+  """
+
+  encode: Callable
+  decode: Callable
+  relighter_eps: Callable
+  video_eps: Callable
+  factor: int
+
+
+def trained_networks(config, state) -> Networks:
+  """The three networks trained by `phases.py`: `state` holds `ae`, `relighter` and `vdm`."""
+  relight_net, video_net = relighter(config), video_prior(config)
+
+  def relighter_eps(x, t, condition, prompt, conditional):
+    labels = jnp.where(conditional, prompt, NULL_PROMPT)
+    return relight_net.apply(
+      state["relighter"], jnp.concatenate([x, condition], axis=-1), t, labels
+    )
+
+  def video_eps(x, t, prompt, conditional):
+    return video_net.apply(state["vdm"], x, t, jnp.where(conditional, prompt, NULL_PROMPT))
+
+  return Networks(
+    encode=lambda x: encode(config, state["ae"], x),
+    decode=lambda z: decode(config, state["ae"], z),
+    relighter_eps=relighter_eps,
+    video_eps=video_eps,
+    factor=config.data.size // latent_size(config),
+  )
 
 
 # ---------------------------------------------------------------------------------------------------

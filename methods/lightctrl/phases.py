@@ -7,6 +7,7 @@ relighter    the image relighter (IC-Light-fc analogue) on single frames: eps of
              the lighting prompt, DDPM eps loss on SD's schedule, 10% null prompts.
 video_prior  the video DiT (AnimateDiff analogue) on clips lit along random smooth trajectories.
 relight      training-free (0 steps): every pipeline arm (`pipeline.py`) on evaluation clips.
+The `paper` variant has only the relight phase, on the paper's released networks (`paper.py`).
 """
 
 from __future__ import annotations
@@ -208,6 +209,8 @@ def _diffusion_phase(
 
 
 def phases(config: ml_collections.ConfigDict) -> list[Phase]:
+  if pipeline.uses_paper_networks(config):  # the paper's networks are released, nothing to train
+    return [pipeline.relight_phase(config)]
   s, c, f = latent_size(config), config.autoencoder.latent_channels, config.data.frames
   relighter_example = (
     jnp.zeros((1, s, s, relighter_channels(config))),

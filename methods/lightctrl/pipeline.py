@@ -10,7 +10,9 @@ Arms (`config.evaluation.arms`):
   lightctrl_no_gar       fusion + LMI
   lightctrl              fusion + LMI + GAR (the full pipeline)
   oracle                 the target render
-All fusion arms share one jitted sampler; LMI and GAR are traced switches of it.
+All fusion arms share one jitted sampler; LMI and GAR are traced switches of it. The arms run on
+`networks(config, state)`: the three trained networks, or for the `paper` variant SD-1.5 + IC-Light fc
++ AnimateDiff (`paper.py`), through the same code.
 """
 
 from __future__ import annotations
@@ -22,10 +24,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from core import relight_metrics, relighting
-from core.data import lambertian
+from core.data import gif, lambertian
 from experiments.reports import figure_grid
 from methods.base import Phase, cached_per_config
 from methods.lightctrl import models as P
+from methods.lightctrl import paper
 
 FUSION_ARMS = {  # arm: (LMI, GAR)
   "lav_traj": (0.0, 0.0),
@@ -61,25 +64,28 @@ def known_arm(name: str) -> bool:
 # ---------------------------------------------------------------------------------------------------
 
 
-def _relighter_fns(config, params) -> relighting.RelighterFns:
+def uses_paper_networks(config) -> bool:
+  """The `paper` variant runs the arms on SD-1.5 + IC-Light + AnimateDiff (`paper.py`)."""
+  return config.variant == "paper"
+
+
+def networks(config, state) -> P.Networks:
+  """The networks every arm runs: the trained ones, or the paper's for the `paper` variant."""
+  if uses_paper_networks(config):
+    return paper.networks(config, state)
+  return P.trained_networks(config, state)
+
+
+def _relighter_fns(config, nets: P.Networks) -> relighting.RelighterFns:
   p = config.pipeline
-  net = P.relighter(config)
-
-  def eps(x, t, condition, prompt, conditional):
-    labels = jnp.where(conditional, prompt, P.NULL_PROMPT)
-    return net.apply(params, jnp.concatenate([x, condition], axis=-1), t, labels)
-
   schedule = relighting.euler_schedule(P.alpha_bars(config), p.relight_steps, p.relight_strength)
-  return relighting.RelighterFns(eps=eps, guidance=p.relight_guidance, schedule=schedule)
+  return relighting.RelighterFns(
+    eps=nets.relighter_eps, guidance=p.relight_guidance, schedule=schedule
+  )
 
 
-def _video_eps(config, params, prompt):
-  net = P.video_prior(config)
-
-  def eps(x, t, conditional):
-    labels = jnp.where(conditional, prompt, P.NULL_PROMPT)
-    return net.apply(params, x, t, labels)
-
+def _video_eps(config, nets: P.Networks, prompt):
+  eps = lambda x, t, conditional: nets.video_eps(x, t, prompt, conditional)
   return relighting.guided(eps, config.pipeline.guidance)
 
 
@@ -87,17 +93,16 @@ def _frames(x: jax.Array) -> jax.Array:
   return x.reshape(-1, *x.shape[2:])
 
 
-def make_relight(config, state, clips, gar: jax.Array):
+def make_relight(config, nets: P.Networks, clips, gar: jax.Array):
   """`(I, lambda, rng) -> I'`: GAR (if `gar` = 1) and the per-frame relighter from the light maps."""
   p = config.pipeline
-  fns = _relighter_fns(config, state["relighter"])
-  ae = state["ae"]
-  z_normal = P.encode(config, ae, clips["normals"])
-  z_light = P.encode(config, ae, P.grey(clips["light_map"]))
+  fns = _relighter_fns(config, nets)
+  z_normal = nets.encode(clips["normals"])
+  z_light = nets.encode(P.grey(clips["light_map"]))
   prompts = jnp.repeat(clips["prompt"], config.data.frames)
 
   def relight(images, lam, rng):
-    z_rgb = P.encode(config, ae, images)
+    z_rgb = nets.encode(images)
     z_gar = relighting.geometry_aware_latent(
       z_normal, z_rgb, lam, p.gar_axes, p.gar_filter, p.gar_order
     )
@@ -105,17 +110,17 @@ def make_relight(config, state, clips, gar: jax.Array):
     if config.relighter.light_condition == "fbc":
       condition = jnp.concatenate([condition, z_light], axis=-1)
     z = relighting.relight_frames(fns, _frames(z_light), _frames(condition), prompts, rng)
-    return P.decode(config, ae, z.reshape(z_rgb.shape))
+    return nets.decode(z.reshape(z_rgb.shape))
 
   return relight
 
 
-def _pipeline_fns(config, state, clips, gar) -> relighting.PipelineFns:
+def _pipeline_fns(config, nets: P.Networks, clips, gar) -> relighting.PipelineFns:
   return relighting.PipelineFns(
-    encode=lambda x: P.encode(config, state["ae"], x),
-    decode=lambda z: P.decode(config, state["ae"], z),
-    video_eps=_video_eps(config, state["vdm"], clips["prompt"]),
-    relight=make_relight(config, state, clips, gar),
+    encode=nets.encode,
+    decode=nets.decode,
+    video_eps=_video_eps(config, nets, clips["prompt"]),
+    relight=make_relight(config, nets, clips, gar),
   )
 
 
@@ -127,7 +132,7 @@ def _pipeline_fns(config, state, clips, gar) -> relighting.PipelineFns:
 def schedule_for(config, strength: float) -> relighting.EulerSchedule:
   """`pipeline.num_steps` steps at `strength`: the shape never depends on the strength, so one jitted
   sampler serves every arm."""
-  return relighting.euler_schedule(P.alpha_bars(config), config.pipeline.num_steps, strength)
+  return relighting.euler_schedule(P.video_alpha_bars(config), config.pipeline.num_steps, strength)
 
 
 def lightctrl_video(config, state, clips, start, rng, lmi, gar, fuse_above, schedule):
@@ -135,11 +140,12 @@ def lightctrl_video(config, state, clips, start, rng, lmi, gar, fuse_above, sche
   fusion loop (never when `fuse_above >= 1`), decoded. Sec. 3.2-3.4."""
   p = config.pipeline
   noise_key, inject_key, loop_key = jax.random.split(rng, 3)
-  fns = _pipeline_fns(config, state, clips, gar)
+  nets = networks(config, state)
+  fns = _pipeline_fns(config, nets, clips, gar)
   z0 = fns.encode(start)
   sigma = schedule.sigmas[0]
   z = relighting.noise_to(z0, sigma, jax.random.normal(noise_key, z0.shape))
-  scale = config.data.size / P.latent_size(config)
+  scale = nets.factor
   masks = relighting.lmi_masks(
     clips["light_path"] / scale, z.shape[-2], config.data.light_radius / scale, p.mask_threshold
   )
@@ -160,7 +166,7 @@ def jitted_fusion(config):
 @cached_per_config(maxsize=4)
 def jitted_per_frame(config):
   def run(state, clips, rng):
-    relight = make_relight(config, state, clips, jnp.float32(0.0))
+    relight = make_relight(config, networks(config, state), clips, jnp.float32(0.0))
     return jnp.clip(relight(clips["source"], jnp.float32(0.0), rng), 0.0, 1.0)
 
   return jax.jit(run)
@@ -175,33 +181,58 @@ def jitted_metrics(config):
 
 
 def run_arms(config, state, rng) -> tuple[dict[str, np.ndarray], dict]:
-  """Every arm of `config.evaluation.arms` on the evaluation clips: their videos and the clips."""
+  """Every arm of `config.evaluation.arms` on the evaluation clips: their videos and the clips.
+  `pipeline.clips_per_call` clips go through the networks at once (0: all)."""
   clips_np = P.evaluation_clips(config)
-  clips = {k: jnp.asarray(v) for k, v in clips_np.items()}
   videos: dict[str, np.ndarray] = {}
   arms = tuple(config.evaluation.arms)
-  per_frame = None
+  chunks = _chunks(config, clips_np)
+  per_frame = [None] * len(chunks)
   if "per_frame" in arms or any(a.startswith(SDEDIT_PREFIX) for a in arms):
-    per_frame = jitted_per_frame(config)(state, clips, jax.random.fold_in(rng, 0))
+    per_frame = [
+      jitted_per_frame(config)(state, clips, _chunk_key(jax.random.fold_in(rng, 0), c, chunks))
+      for c, clips in enumerate(chunks)
+    ]
   for index, arm in enumerate(arms):
     key = jax.random.fold_in(rng, index + 1)
-    if arm == "source":
-      out = clips["source"]
-    elif arm == "oracle":
-      out = clips["target"]
-    elif arm == "per_frame":
-      out = per_frame
-    elif arm.startswith(SDEDIT_PREFIX):
-      schedule = schedule_for(config, float(arm[len(SDEDIT_PREFIX) :]))
-      out = jitted_fusion(config)(state, clips, per_frame, key, 0.0, 0.0, 2.0, schedule)
-    else:
-      lmi, gar = FUSION_ARMS[arm]
-      schedule = schedule_for(config, config.pipeline.strength)
-      out = jitted_fusion(config)(
-        state, clips, clips["source"], key, lmi, gar, config.pipeline.fuse_above, schedule
-      )
-    videos[arm] = np.asarray(out)
+    outs = [
+      _arm(config, state, arm, clips, per_frame[c], _chunk_key(key, c, chunks))
+      for c, clips in enumerate(chunks)
+    ]
+    videos[arm] = np.concatenate([np.asarray(out) for out in outs])
   return videos, clips_np
+
+
+def _chunks(config, clips_np) -> list[dict[str, jax.Array]]:
+  total = len(clips_np["source"])
+  size = config.pipeline.clips_per_call or total
+  return [
+    {k: jnp.asarray(v[start : start + size]) for k, v in clips_np.items()}
+    for start in range(0, total, size)
+  ]
+
+
+def _chunk_key(key, index: int, chunks) -> jax.Array:
+  """The arm's key itself when all clips go at once (so results do not depend on chunking
+  being available), else one key per chunk."""
+  return key if len(chunks) == 1 else jax.random.fold_in(key, index)
+
+
+def _arm(config, state, arm: str, clips, per_frame, key) -> jax.Array:
+  if arm == "source":
+    return clips["source"]
+  if arm == "oracle":
+    return clips["target"]
+  if arm == "per_frame":
+    return per_frame
+  if arm.startswith(SDEDIT_PREFIX):
+    schedule = schedule_for(config, float(arm[len(SDEDIT_PREFIX) :]))
+    return jitted_fusion(config)(state, clips, per_frame, key, 0.0, 0.0, 2.0, schedule)
+  lmi, gar = FUSION_ARMS[arm]
+  schedule = schedule_for(config, config.pipeline.strength)
+  return jitted_fusion(config)(
+    state, clips, clips["source"], key, lmi, gar, config.pipeline.fuse_above, schedule
+  )
 
 
 def arm_metrics(config, videos, clips) -> dict[str, float | list]:
@@ -245,28 +276,46 @@ def frames_figure(config, videos, clips):
   return fig
 
 
+def clip_gifs(config, videos) -> gif.VideoClips:
+  """Clip `evaluation.figure_clip` of every arm as a looping GIF (`relit_clips/<arm>.gif`): flicker and
+  light following are claims about motion, which a row of frames shows less well."""
+  clip = config.evaluation.figure_clip
+  scale = max(1, 128 // config.data.size)  # small renders enlarged to ~128 px
+  return gif.VideoClips(
+    {arm: np.clip(v[clip], 0, 1) for arm, v in videos.items()}, fps=4.0, scale=scale
+  )
+
+
 def relight_phase(config) -> Phase:
+  """The arms on the trained networks (the outputs of the training phases, the phase's state), or
+  for the `paper` variant on the paper's checkpoints: the state is the prompts' text embeddings,
+  the networks are read and converted when the phase evaluates (`paper.load_networks`, cached), so
+  that gigabytes of released weights are neither traced as constants nor checkpointed again."""
   evaluation: dict = {}
+  if uses_paper_networks(config):
+    init = lambda rng, inputs: {"text": paper.prompt_embeddings(config)}
+    weights = lambda state: {**paper.load_networks(config), "text": state["text"]}
+  else:
+    init = lambda rng, inputs: {
+      "ae": inputs["autoencoder"],
+      "relighter": inputs["relighter"],
+      "vdm": inputs["video_prior"],
+    }
+    weights = lambda state: state
 
   def evaluate(state, rng, inputs):
-    evaluation["videos"], evaluation["clips"] = run_arms(config, state, rng)
+    evaluation["videos"], evaluation["clips"] = run_arms(config, weights(state), rng)
     return arm_metrics(config, evaluation["videos"], evaluation["clips"])
 
   def artifacts(state, rng, inputs):
     if "videos" not in evaluation:
       evaluation["videos"], evaluation["clips"] = run_arms(
-        config, state, jax.random.fold_in(rng, -1)
+        config, weights(state), jax.random.fold_in(rng, -1)
       )
-    return {"relit_frames": frames_figure(config, evaluation["videos"], evaluation["clips"])}
+    videos, clips = evaluation["videos"], evaluation["clips"]
+    return {
+      "relit_frames": frames_figure(config, videos, clips),
+      "relit_clips": clip_gifs(config, videos),
+    }
 
-  return Phase(
-    name="relight",
-    num_steps=0,
-    init=lambda rng, inputs: {
-      "ae": inputs["autoencoder"],
-      "relighter": inputs["relighter"],
-      "vdm": inputs["video_prior"],
-    },
-    evaluate=evaluate,
-    artifacts=artifacts,
-  )
+  return Phase(name="relight", num_steps=0, init=init, evaluate=evaluate, artifacts=artifacts)
