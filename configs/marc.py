@@ -20,11 +20,14 @@ Variants:
            without VMR, MARC at tau 0.4 / 0.6 / 0.8; zero-shot arms (teacher on full, retrieved,
            merged, uniformly subsampled input); ~15 minutes on 2 CPU cores.
   gpu      the paper's scale (Qwen2.5-VL-3B teacher and student, 64 frames, Video-R1 data, G = 8):
-           names its weights (`model.checkpoint`, the checkpoint folder) and data
-           (`data.data_dir`). The checkpoint converts and answers video files as teacher and
-           merged-input student (methods/marc/paper_scale.py); the Video-R1 reader and the 3B
-           training loops are not written, so validation stops at `data.data_dir`
-           (docs/paper_scale.md).
+           names its weights (`model.checkpoint`: config.json, *.safetensors, tokenizer.json) and
+           data (`data.data_dir` holding `data.qa_file` and the videos it names). Phases
+           (methods/marc/paper_phases.py): `qwen` (reads the checkpoint), `teacher_answers`
+           (a_full on the RL pool), the students `sft`, `grpo`, `marc` (C-GRPO) and `evaluate` on
+           held-out Video-R1 questions. Video entries of multiple-choice and numerical type only
+           (core/data/video_r1.py). No Visual Memory Retriever at this scale: every student gets
+           the two-stage merge over the whole video (the `cgrpo_novmr` arm of the study), down to
+           `compress.budget` temporal patches.
 
   python experiments/train.py --config=configs/marc.py --workdir=runs/marc
   python experiments/study.py --config=configs/marc.py:study --workdir=runs/marc_study
@@ -46,6 +49,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
   config.data = ml_collections.ConfigDict()
   config.data.data_dir = ""  # gpu: a prepared Video-R1-260K subset (videos + QA json)
+  config.data.qa_file = "Video-R1-260k.json"  # gpu: the QA json inside data_dir
+  config.data.question_tokens = 384  # gpu: prompt tokens after the video (question + template)
   config.data.num_frames = 16  # F, frames per video (the teacher's full input: 64 visual tokens)
   config.data.min_events = 3
   config.data.max_events = 5
@@ -107,12 +112,14 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.rl.beta = 0.04  # KL to the initial student
   config.rl.clip = 0.2  # ratio clip
   config.rl.format_weight = 1.0
+  config.rl.max_new_tokens = 512  # gpu: rollout and evaluation answer length (tokens)
   config.rl.reward_target = "ground_truth"  # or "teacher": accuracy against the teacher's answer
 
   config.sft = ml_collections.ConfigDict()
   config.sft.steps = 60  # same number of updates as the RL students
   config.sft.batch_size = 16
   config.sft.learning_rate = 1e-4
+  config.sft.max_tokens = 512  # gpu: target completion tokens (<think> process + <answer>)
 
   # trained students, each a phase starting from the teacher: sft, grpo, cgrpo_novmr, marc,
   # marc_tau04, marc_tau08 (methods/marc/phases.py: STUDENTS)
@@ -147,6 +154,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.rl.prompts = 8
     config.rl.steps = 625  # 5K samples, one epoch
     config.rl.learning_rate = 1e-6
+    config.rl.pool_chunks = 625  # the RL pool: 5K Video-R1 questions (a_full on each)
+    config.sft.update(steps=625, batch_size=8, learning_rate=1e-6)  # one epoch of the same pool
     config.students = ("sft", "grpo", "marc")
     config.loop = common.loop_config(log_every=10, checkpoint_every=100)
   return config

@@ -22,11 +22,15 @@ Map to the paper:
   `evaluation.py`            accuracy per arm and question type, token ratio, FLOPs, latency.
   `study.py`                 arms (seeds), the table, the summary, the figure.
   `paper_scale.py`           the gpu variant's model: Qwen2.5-VL-3B from `model.checkpoint` as
-                             teacher (all visual tokens) and student (merged), on video files;
-                             what it does not yet run is listed there.
+                             teacher (all visual tokens) and student (merged), on video files.
+  `paper_phases.py`          the gpu variant's phases on Video-R1 (`core/data/video_r1.py`):
+                             a_full, SFT / GRPO / C-GRPO students on the merged whole video (no
+                             retriever at this scale), evaluation.
 """
 
 from __future__ import annotations
+
+import os
 
 import ml_collections
 
@@ -67,16 +71,28 @@ POSITIVE_FIELDS = (
 )
 
 
+CHAT_TOKENS = {  # token -> its config.json id (None: not named there)
+  "<|im_start|>": None,
+  "<|im_end|>": "eos_token_id",
+  "<|vision_start|>": "vision_start_token_id",
+  "<|vision_end|>": "vision_end_token_id",
+  "<|video_pad|>": "video_token_id",
+}
+
+
 def validate(config: ml_collections.ConfigDict) -> None:
   for field in POSITIVE_FIELDS:
     require_positive_int(config, field)
-  _validate_data(config)
-  _validate_model(config)
+  paper_scale_run = config.variant == "gpu" or config.model.checkpoint or config.data.data_dir
+  if not paper_scale_run:  # EventWorld's frames, events and tiny VLM
+    _validate_data(config)
+    _validate_model(config)
+  _validate_compression(config)
   _validate_rl(config)
   unknown = [name for name in config.students if name not in STUDENTS]
   require(not unknown, "students", f"unknown {unknown}; known: {list(STUDENTS)}")
   require(len(config.study.seeds) > 0, "study.seeds", "needs at least one seed")
-  if config.variant == "gpu" or config.model.checkpoint or config.data.data_dir:
+  if paper_scale_run:
     _validate_paper_scale(config)
 
 
@@ -116,12 +132,15 @@ def _validate_model(config) -> None:
     "model.patch",
     f"patch x pool = {m.patch * m.pool} must divide the frame side {eventworld.SIZE}",
   )
-  c = config.compress
-  require(0.0 < c.rho <= 1.0, "compress.rho", f"must be in (0, 1], got {c.rho}")
-  require(c.budget <= config.data.num_frames, "compress.budget", "exceeds data.num_frames")
   r = config.retriever
   require(r.temperature > 0, "retriever.temperature", f"must be > 0, got {r.temperature}")
   require(0 < r.cut_threshold < 2, "retriever.cut_threshold", "a cosine distance in (0, 2)")
+
+
+def _validate_compression(config) -> None:
+  c = config.compress
+  require(0.0 < c.rho <= 1.0, "compress.rho", f"must be in (0, 1], got {c.rho}")
+  require(c.budget <= config.data.num_frames, "compress.budget", "exceeds data.num_frames")
 
 
 def _validate_rl(config) -> None:
@@ -162,13 +181,73 @@ def _validate_paper_scale(config) -> None:
     "not set; expected a folder with the Video-R1-260K subset (videos and its QA json); pass "
     "--config.data.data_dir=DIR",
   )
+  for field in ("data.question_tokens", "rl.max_new_tokens", "sft.max_tokens"):
+    require_positive_int(config, field)
   require(
-    False,
+    config.rl.reward_target == "ground_truth",
+    "rl.reward_target",
+    "the gpu phases reward against the Video-R1 solution only ('ground_truth')",
+  )
+  tokenizer_json = os.path.join(
+    paper_scale.checkpoint_folder(config.model.checkpoint), "tokenizer.json"
+  )
+  require(
+    os.path.isfile(tokenizer_json),
+    "model.checkpoint",
+    f"{tokenizer_json} is missing (the checkpoint's tokenizer)",
+  )
+  _validate_tokenizer(config, tokenizer_json)
+  _validate_video_r1(config)
+
+
+def _validate_tokenizer(config, path: str) -> None:
+  """The chat template's tokens exist and carry the ids config.json gives them."""
+  from core.data import tokenizers
+  from core.nn import qwen_vl_convert
+
+  try:
+    tokenizer = tokenizers.ByteLevelBPETokenizer.from_file(path)
+    ids = {name: tokenizer.token_id(name) for name in CHAT_TOKENS}
+  except (tokenizers.BPEFormatError, KeyError, ValueError) as error:
+    require(False, "model.checkpoint", f"{path}: {error}")
+  hf_config = qwen_vl_convert.read_config(paper_scale.checkpoint_folder(config.model.checkpoint))
+  expected = qwen_vl_convert.special_ids(hf_config)
+  for token, key in CHAT_TOKENS.items():
+    if key is None:
+      continue
+    require(
+      ids[token] == expected[key],
+      "model.checkpoint",
+      f"{path} gives {token} id {ids[token]}, config.json's {key} is {expected[key]}",
+    )
+
+
+def _validate_video_r1(config) -> None:
+  from core.data import video_r1
+
+  d = config.data
+  qa_json = os.path.join(d.data_dir, d.qa_file)
+  require(os.path.isfile(qa_json), "data.qa_file", f"{qa_json} is missing (Video-R1's QA json)")
+  try:
+    records, skipped = video_r1.read_records(qa_json, d.data_dir)
+  except (video_r1.VideoR1Error, ValueError, KeyError, TypeError) as error:
+    require(False, "data.qa_file", f"{qa_json}: {error}")
+  require(
+    0 < d.num_test < len(records),
+    "data.num_test",
+    f"{d.num_test} must be below the {len(records)} usable records of {qa_json} (video entries of "
+    f"types {video_r1.TYPES}; left out: {skipped})",
+  )
+  missing = video_r1.missing_videos(records)
+  require(
+    not missing,
     "data.data_dir",
-    "training on Video-R1 with Qwen2.5-VL is not implemented: the checkpoint loads and answers "
-    "video files as teacher and merged-input student (methods/marc/paper_scale.py), but the "
-    "Video-R1 reader, Qwen's tokenizer and the 3B C-GRPO loop are not written; the EventWorld "
-    "variants run end to end",
+    f"{len(missing)} video files of {qa_json} are missing, e.g. {missing[:3]}",
+  )
+  require(
+    len(records) - d.num_test >= config.rl.prompts,
+    "rl.prompts",
+    f"the RL pool of {len(records) - d.num_test} questions is smaller than one step's prompts",
   )
 
 

@@ -23,13 +23,13 @@ What runs, through the same decoder class and KV-cache decoding loop as the tiny
     prompt, `core.grpo`'s accuracy / format / compression rewards against given answer ids and the
     teacher's a_full, group advantages, the clipped loss with the k3 KL to the initial student, and
     Adam, all in one jitted call. The answer format is `<open> X <close>` with token ids given by
-    the caller (at this scale they come from Qwen's tokenizer, which is not read here).
+    the caller (the phases of `paper_phases.py` reward decoded text instead).
 
-What does not (validation stops at `data.data_dir` and says so): reading Video-R1-260K (its QA json,
-and the chat template with Qwen's tokenizer, so prompts and answer ids here are token ids), the
-Visual Memory Retriever at this scale (this repository's retriever is the EventWorld dual encoder),
-the training loop around `cgrpo_step` (data stream, checkpoints, the teacher's a_full pass), SFT at
-this scale, and the six video benchmarks.
+The training and evaluation phases around these pieces (Video-R1's QA json and prompts, Qwen's
+tokenizer, a_full, the SFT / GRPO / C-GRPO students, evaluation) are in `paper_phases.py`; they pad
+each batch to shapes fixed by the config and reward decoded text. Not built at this scale: the Visual
+Memory Retriever (this repository's retriever is the EventWorld dual encoder; the students get the
+merge over the whole video) and the six video benchmarks.
 """
 
 from __future__ import annotations
@@ -126,10 +126,14 @@ class VisualInput(NamedTuple):
 
 
 def visual_input(
-  config, videos: Sequence[VideoTokens], questions: Sequence[Sequence[int]], mode: str
+  config,
+  videos: Sequence[VideoTokens],
+  questions: Sequence[Sequence[int]],
+  mode: str,
+  before: Sequence[int] = (),
 ) -> VisualInput:
-  """Prompts `[<|vision_start|>, video, <|vision_end|>, question]` with the teacher's (`full`) or
-  the student's (`merge`, `compress.budget` temporal patches) visual tokens."""
+  """Prompts `[*before, <|vision_start|>, video, <|vision_end|>, question]` with the teacher's
+  (`full`) or the student's (`merge`, `compress.budget` temporal patches) visual tokens."""
   if mode not in MODES:
     raise ValueError(f"visual_input: mode must be one of {MODES}, got {mode!r}")
   qvl, _ = model_of(config)
@@ -143,7 +147,7 @@ def visual_input(
     blocks.append(tokens.reshape(-1, tokens.shape[-1]))
     grids.append((tokens.shape[0], h, w))
     temporal.append(times)
-    prompts.append(qvl.video_prompt(tokens.shape[0] * h * w // merge**2, (), question))
+    prompts.append(qvl.video_prompt(tokens.shape[0] * h * w // merge**2, before, question))
   lengths = np.array([len(p) for p in prompts], np.int32)
   padded = np.full((len(prompts), lengths.max()), qvl.pad_id, np.int32)
   for row, prompt in enumerate(prompts):

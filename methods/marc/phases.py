@@ -360,6 +360,10 @@ def student_phase(config, name: str) -> Phase:
 
 
 def phases(config: ml_collections.ConfigDict) -> list[Phase]:
+  if config.variant == "gpu" or config.model.checkpoint or config.data.data_dir:
+    from methods.marc import paper_phases
+
+    return paper_phases.phases(config)
   retriever = Phase(
     name="retriever",
     num_steps=config.retriever.steps,

@@ -1,0 +1,320 @@
+"""MARC's gpu variant on a TINY random Qwen2.5-VL checkpoint of the released layout (with a byte-level
+BPE tokenizer.json in Qwen2's format) and a tiny Video-R1-format folder: the reader, the chat
+prompt, Video-R1's rewards, validation, and the phases through `experiments.loop` end to end."""
+
+import functools
+import json
+import math
+
+import jax
+import numpy as np
+import pytest
+
+from configs import marc as marc_config
+from core.data import tokenizers
+from core.data import video_r1 as vr
+from experiments import loop
+from methods.base import ConfigError
+
+SPECIAL = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>")
+SPECIAL += ("<|video_pad|>", "<|image_pad|>")
+QWEN2_SPLIT = (
+  r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+  r"\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+MERGES = (("Ġ", "t"), ("h", "e"), ("<", "answer"[0]))
+
+
+def tokenizer_payload() -> dict:
+  """Qwen2's tokenizer.json layout (NFC, regex Split + ByteLevel, BPE, added specials), tiny."""
+  symbols = list(tokenizers.bytes_to_unicode().values())
+  vocab = {s: i for i, s in enumerate(symbols)}
+  for a, b in MERGES:
+    vocab[a + b] = len(vocab)
+  added = [
+    {"id": len(vocab) + i, "content": c, "special": True, "single_word": False}
+    | {"lstrip": False, "rstrip": False, "normalized": False}
+    for i, c in enumerate(SPECIAL)
+  ]
+  byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False}
+  byte_level["use_regex"] = False
+  return {
+    "added_tokens": added,
+    "normalizer": {"type": "NFC"},
+    "pre_tokenizer": {
+      "type": "Sequence",
+      "pretokenizers": [
+        {
+          "type": "Split",
+          "pattern": {"Regex": QWEN2_SPLIT},
+          "behavior": "Isolated",
+          "invert": False,
+        },
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False},
+      ],
+    },
+    "post_processor": byte_level,
+    "decoder": byte_level,
+    "model": {"type": "BPE", "vocab": vocab, "merges": [f"{a} {b}" for a, b in MERGES]},
+  }
+
+
+def tiny_qwen_config(ids: dict) -> dict:
+  return {
+    "model_type": "qwen2_5_vl",
+    "vocab_size": max(ids.values()) + 1,
+    "hidden_size": 32,
+    "intermediate_size": 48,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 1e6,
+    "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]},
+    "tie_word_embeddings": True,
+    "eos_token_id": ids["<|im_end|>"],
+    "vision_start_token_id": ids["<|vision_start|>"],
+    "vision_end_token_id": ids["<|vision_end|>"],
+    "video_token_id": ids["<|video_pad|>"],
+    "image_token_id": ids["<|image_pad|>"],
+    "vision_config": {
+      "depth": 2,
+      "hidden_size": 16,
+      "intermediate_size": 24,
+      "num_heads": 2,
+      "in_chans": 3,
+      "out_hidden_size": 32,
+      "patch_size": 14,
+      "spatial_merge_size": 2,
+      "temporal_patch_size": 2,
+      "window_size": 56,
+      "fullatt_block_indexes": [1],
+      "tokens_per_second": 2,
+    },
+  }
+
+
+def write_checkpoint(folder):
+  """config.json, model.safetensors (random, the released key names) and tokenizer.json."""
+  from safetensors.numpy import save_file
+
+  from core.nn import qwen_vl_convert
+  from core.nn import vlm as vlm_lib
+
+  payload = tokenizer_payload()
+  ids = {t["content"]: t["id"] for t in payload["added_tokens"]}
+  hf_config = tiny_qwen_config(ids)
+  qvl = vlm_lib.QwenVL.from_hf_config(hf_config)
+  rng = np.random.default_rng(0)
+  state = {}
+  for key, shape in qwen_vl_convert.checkpoint_shapes(qvl.decoder, qvl.tower).items():
+    scale = 0.3 if len(shape) > 1 else 0.1
+    state[key] = (rng.normal(0, scale, shape) + ("norm" in key or "ln_q" in key)).astype(np.float32)
+  save_file(state, str(folder / "model.safetensors"))
+  (folder / "config.json").write_text(json.dumps(hf_config))
+  (folder / "tokenizer.json").write_text(json.dumps(payload))
+
+
+def write_video(path, frames: int = 6, size=(56, 84), seed: int = 1):
+  av = pytest.importorskip("av")
+  with av.open(str(path), "w") as container:
+    stream = container.add_stream("mpeg4", rate=2)
+    stream.height, stream.width = size
+    stream.pix_fmt = "yuv420p"
+    rng = np.random.default_rng(seed)
+    for i in range(frames):
+      image = np.clip(rng.normal(40 * i, 30, (*size, 3)), 0, 255).astype(np.uint8)
+      for packet in stream.encode(av.VideoFrame.from_ndarray(image, format="rgb24")):
+        container.mux(packet)
+    for packet in stream.encode():
+      container.mux(packet)
+
+
+def qa_entries() -> list[dict]:
+  mc = {
+    "problem_type": "multiple choice",
+    "problem": "What moves first? ",
+    "options": ["A. a cat", "B. a dog"],
+    "data_type": "video",
+  }
+  return [
+    {**mc, "path": "./videos/a.mp4", "solution": "<answer>A</answer>"},
+    {
+      **mc,
+      "path": "./videos/b.mp4",
+      "solution": "<answer>B</answer>",
+      "process": "<think>x</think>",
+    },
+    {**mc, "path": "./videos/a.mp4", "solution": "<answer>B</answer>"},
+    {**mc, "path": "./videos/b.mp4", "solution": "<answer>A</answer>"},
+    {
+      "problem_type": "numerical",
+      "problem": "How many?",
+      "data_type": "video",
+      "path": "./videos/a.mp4",
+      "solution": "<answer>3</answer>",
+    },
+    {**mc, "data_type": "image", "path": "./images/c.jpg", "solution": "<answer>A</answer>"},
+    {
+      "problem_type": "OCR",
+      "problem": "Read it.",
+      "data_type": "video",
+      "path": "./videos/a.mp4",
+      "solution": "<answer>hi</answer>",
+    },
+  ]
+
+
+def write_video_r1(folder, videos: bool = True):
+  (folder / "videos").mkdir(parents=True, exist_ok=True)
+  (folder / "Video-R1-260k.json").write_text(json.dumps(qa_entries()))
+  if videos:
+    write_video(folder / "videos" / "a.mp4", seed=1)
+    write_video(folder / "videos" / "b.mp4", seed=2)
+
+
+def tiny_config(checkpoint, data_dir):
+  config = marc_config.get_config("gpu")
+  config.model.checkpoint = str(checkpoint)
+  config.model.dtype = "float32"
+  config.data.data_dir = str(data_dir)
+  config.data.update(num_frames=4, min_pixels=28 * 28, max_pixels=56 * 84, num_test=2)
+  config.data.question_tokens = 700
+  config.compress.budget = 1
+  config.rl.update(prompts=2, group=2, teacher_rollouts=2, steps=2, max_new_tokens=4)
+  config.sft.update(steps=2, batch_size=2, max_tokens=8)
+  config.eval.chunk = 2
+  config.students = ("sft", "marc")
+  config.loop.update(log_every=1, checkpoint_every=1)
+  return config
+
+
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_reader_keeps_video_entries_of_exact_match_types_and_splits_purely(tmp_path):
+  write_video_r1(tmp_path, videos=False)
+  records, skipped = vr.read_records(str(tmp_path / "Video-R1-260k.json"))
+  assert len(records) == 5 and skipped == {"image": 1, "other_type": 1}
+  assert records[0].path == str(tmp_path / "videos" / "a.mp4")
+  assert "What moves first? Options:\nA. a cat\nB. a dog\n" in records[0].question
+  assert records[0].question.endswith(
+    "(e.g., A, B, C, D, etc.) within the <answer> </answer> tags."
+  )
+  assert records[1].process == "<think>x</think>"
+  pool, test = vr.split(records, 2, seed=7)
+  assert (pool, test) == vr.split(records, 2, seed=7)
+  assert sorted(r.solution for r in pool + test) == sorted(r.solution for r in records)
+  assert vr.missing_videos(records) == sorted({r.path for r in records})
+
+
+def test_video_r1_rewards():
+  good = "<think>hmm</think>\n<answer> B </answer>"
+  assert vr.format_reward(good) == 1.0 and vr.format_reward("<answer>B</answer>") == 0.0
+  assert vr.accuracy_reward(good, "<answer>B</answer>", "multiple choice") == 1.0
+  assert vr.accuracy_reward(good, "<answer>A</answer>", "multiple choice") == 0.0
+  assert vr.accuracy_reward("<answer>3.001</answer>", "<answer>3.0</answer>", "numerical") == 1.0
+  assert vr.accuracy_reward("<answer>1,000</answer>", "<answer>1000</answer>", "numerical") == 0.0
+  assert vr.accuracy_reward("<answer>3</answer>", "<answer>3.5</answer>", "numerical") == 0.0
+  assert vr.accuracy_reward("no tags", "<answer>3</answer>", "numerical") == 0.0
+
+
+def test_qwen2_format_tokenizer_round_trips_the_chat_prompt():
+  tok = tokenizers.ByteLevelBPETokenizer(tokenizer_payload(), eos_token="<|im_end|>")
+  text = vr.chat_prefix() + "<|vision_start|><|video_pad|><|vision_end|>" + vr.chat_suffix("the Q?")
+  ids = tok.encode(text)
+  assert tok.decode(ids, skip_special=False, stop_at_eos=False) == text
+  assert ids[0] == tok.token_id("<|im_start|>")
+  assert ids.count(tok.token_id("<|video_pad|>")) == 1
+  assert tok.encode(" the") == [tok.vocab["Ġt"], tok.vocab["he"]]  # merges apply inside words
+
+
+def test_rewards_inside_a_jitted_step_decode_and_score_each_rollout(tmp_path):
+  from methods.marc import paper_phases
+
+  write_checkpoint(tmp_path)
+  write_video_r1(tmp_path, videos=False)
+  config = tiny_config(tmp_path, tmp_path)
+  tok, pool = paper_phases.tokenizer_of(config), paper_phases.splits_of(config)["pool"]
+  truth = vr.extract_answer(pool[0].solution)
+  wrong = "B" if truth == "A" else "A"
+  texts = [f"<think>a</think> <answer>{truth}</answer>", f"<answer>{truth}</answer>"]
+  texts += [f"<think>a</think><answer>{wrong}</answer>", "<answer>"]
+  ids, lengths = tok.encode_batch([t + "<|im_end|>" for t in texts], 40)
+  rows = np.array([0, 0], np.int32)  # two prompts (pool row 0), two rollouts each
+  score = jax.jit(lambda t, n, r: paper_phases.host_rewards(config, "pool", t, n, r, 2))
+  accuracy, formed = score(ids, lengths, rows)
+  np.testing.assert_array_equal(accuracy, [1, 1, 0, 0])
+  np.testing.assert_array_equal(formed, [1, 0, 1, 0])
+
+
+def test_gpu_validation_names_missing_json_and_videos(tmp_path):
+  checkpoint, data = tmp_path / "qwen", tmp_path / "data"
+  checkpoint.mkdir()
+  write_checkpoint(checkpoint)
+  data.mkdir()
+  config = tiny_config(checkpoint, data)
+  with pytest.raises(ConfigError, match="^config.data.qa_file: .*Video-R1-260k.json is missing"):
+    loop.validate(config, data_devices=1)
+  write_video_r1(data, videos=False)
+  with pytest.raises(ConfigError, match="^config.data.data_dir: 2 video files .* are missing"):
+    loop.validate(config, data_devices=1)
+  config.data.num_test = 5
+  with pytest.raises(ConfigError, match="^config.data.num_test: 5 must be below the 5 usable"):
+    loop.validate(config, data_devices=1)
+  hf_config = json.loads((checkpoint / "config.json").read_text())
+  hf_config["eos_token_id"] = 3  # a tokenizer.json of another checkpoint
+  (checkpoint / "config.json").write_text(json.dumps(hf_config))
+  with pytest.raises(ConfigError, match="^config.model.checkpoint: .* gives <\\|im_end\\|> id"):
+    loop.validate(config, data_devices=1)
+
+
+@pytest.mark.slow
+def test_gpu_variant_runs_every_phase_end_to_end_and_resumes(tmp_path):
+  checkpoint, data = tmp_path / "qwen", tmp_path / "data"
+  checkpoint.mkdir()
+  write_checkpoint(checkpoint)
+  write_video_r1(data)
+  config = tiny_config(checkpoint, data)
+  loop.validate(config, data_devices=1)
+  one = jax.devices()[:1]  # the pool holds 3 questions: 2 prompts a step
+  summary = loop.run(config, str(tmp_path / "run"), devices=one)
+  results = summary.results
+  for key in ("accuracy", "teacher_accuracy", "token_ratio", "latency_ratio"):
+    assert math.isfinite(results[key]), key
+  # full: 2 temporal patches of 6 merged tokens; the student keeps compress.budget = 1 of them
+  assert results["token_ratio"] == pytest.approx(0.5)
+  assert len(results["marc_reward_curve"]) == config.rl.steps
+  traced = {name: n for name, n in summary.step_traces.items() if name not in ("qwen", "evaluate")}
+  assert traced == {"teacher_answers": 1, "sft": 1, "marc": 1}, traced
+  again = loop.run(
+    tiny_config(checkpoint, data), str(tmp_path / "run"), devices=one
+  )  # restored, not retrained
+  assert again.results["accuracy_marc"] == results["accuracy_marc"]
+  assert all(count == 0 for count in again.step_traces.values())
+
+
+@pytest.mark.slow
+def test_student_steps_update_the_decoder_on_merged_batches(tmp_path):
+  from methods.marc import paper_phases
+  from methods.marc.phases import STUDENTS
+
+  write_checkpoint(tmp_path)
+  write_video_r1(tmp_path)
+  config = tiny_config(tmp_path, tmp_path)
+  config.rl.update(learning_rate=1e-3, beta=0.5)
+  decoder = paper_phases.ps.model_of(config)[1]["decoder"]
+  extra = functools.partial(paper_phases.sft_targets, config)
+  batch = paper_phases.source(config, "pool", "merge", 2, extra).batch(0)
+  assert batch["visual"].shape == (2, 6, 32) and list(batch["visual_counts"]) == [6, 6]
+  batch["a_full"] = np.array([1.0, 0.5], np.float32)
+  for name, step in (("sft", paper_phases.sft_step), ("marc", paper_phases.grpo_step)):
+    state = paper_phases.student_init(config, STUDENTS[name], None, {"qwen": decoder})
+    if "ref" in state:  # a reference away from the policy: the KL term alone gives a gradient
+      state["ref"] = jax.tree.map(lambda x: x * 1.05, state["ref"])
+    new, metrics = jax.jit(functools.partial(step, config, STUDENTS[name]))(
+      state, batch, jax.random.key(0)
+    )
+    assert all(bool(np.isfinite(v)) for v in jax.tree.leaves(metrics)), name
+    moved = jax.tree.map(lambda a, b: float(np.max(np.abs(a - b))), new["params"], decoder)
+    assert max(jax.tree.leaves(moved)) > 0, name
