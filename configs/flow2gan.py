@@ -13,14 +13,24 @@ Variants:
            with and without spectral scaling, 3 branches vs 1 at equal parameters, GAN from either
            flow-matching init, FM at 1/2/4/8 steps vs GAN at 1/2 steps), each arm at the default's
            sizes; ~15 minutes on an idle 2-core machine.
+  tokens   experiments/study.py runs the token arms of methods/flow2gan/study.py: the generator
+           conditioned on tokens of a codec trained here (its own `codec` phase first) at 8 and 2
+           codebooks (4 and 1 kbps, the paper's 6 and 1.5 kbps EnCodec settings scaled to 8 kHz)
+           against the mel arm, FM at 1/2/4 steps and the 1-step GAN each.
   gpu      paper scale on one accelerator: 24 kHz LibriTTS from a prepared tfds folder
            (`--config.data.data_dir`, never downloaded), the paper's 3-branch generator (n_fft
            512/256/128, 768/512/384 channels, 8 blocks), 100-bin mels, batch 64, GAN of 1/2-step
            generators with the full-size discriminators. `--config.model.pretrained_checkpoint=G.npz`
            starts from the official released generator instead (converted, flow matching skipped).
+  gpu_tokens  the gpu variant conditioned on EnCodec 24 kHz tokens at 6 kbps (8 of 32 codebooks of
+           1024, 75 frames/s; `--config.codec.quantizers=2` for 1.5 kbps): the codec in EnCodec's real
+           layout, converted from `--config.model.codec_checkpoint=E.npz` (facebook/encodec_24khz,
+           core/nn/encodec_convert.py) or trained here when that is empty; branch hops 320/160/80
+           (n_fft 640/320/160) so that the 320-sample codec hop is a multiple of each.
 
   python experiments/train.py --config=configs/flow2gan.py --workdir=runs/flow2gan
   python experiments/study.py --config=configs/flow2gan.py:study --workdir=runs/flow2gan_study
+  python experiments/study.py --config=configs/flow2gan.py:tokens --workdir=runs/flow2gan_tokens
   python experiments/train.py --config=configs/flow2gan.py:gpu --config.data.data_dir=DIR
 """
 
@@ -28,7 +38,7 @@ import ml_collections
 
 from configs import common
 
-VARIANTS = ("default", "study", "gpu")
+VARIANTS = ("default", "study", "tokens", "gpu", "gpu_tokens")
 
 
 def data_config() -> ml_collections.ConfigDict:
@@ -71,7 +81,41 @@ def model_config() -> ml_collections.ConfigDict:
   # .npz of its state dict (core/nn/audio_convnext_convert.py; the gpu variant's layout); "" trains
   # from scratch, a path skips flow matching (0 steps) and benchmarks, or GAN-fine-tunes, those weights
   m.pretrained_checkpoint = ""
+  # the condition: "mel" (log-mel, config.mel) or "tokens" (summed codewords of the codec's tokens,
+  # config.codec; the codec hop, prod(codec.ratios), must be a multiple of every model.hops entry)
+  m.condition = "mel"
+  # EnCodec 24 kHz's encoder and quantizer (transformers' EncodecModel state dict as an .npz,
+  # core/nn/encodec_convert.py) as the token codec; "" trains the codec here (the `codec` phase)
+  m.codec_checkpoint = ""
   return m
+
+
+def codec_config() -> ml_collections.ConfigDict:
+  """The token codec (core/nn/codec.py, EnCodec's layout); EnCodec 24 kHz in brackets."""
+  c = ml_collections.ConfigDict()
+  c.num_filters = 8  # SEANet base width (32)
+  c.ratios = (4, 4, 4, 2)  # decoder upsampling ratios, hop = their product: 128 (8, 5, 4, 2: 320)
+  c.dimension = 32  # latent and codeword size (128)
+  c.num_residual_layers = 1  # residual blocks per stride (1)
+  c.lstm_layers = 0  # skip-LSTM layers after the strided convs (2)
+  c.codebook_size = 256  # codewords per codebook (1024)
+  c.num_quantizers = 8  # codebooks trained (32)
+  # codebooks used for the tokens, the bitrate: quantizers * log2(codebook_size) * frame rate;
+  # 8 and 2 here are 4 and 1 kbps at 62.5 frames/s (EnCodec: 8 and 2 of 10 bits at 75/s = 6 / 1.5)
+  c.quantizers = 8
+  c.quantizer_dropout = True  # train with a random count 1..num_quantizers per batch (EnCodec)
+  c.steps = 500  # optimiser steps of the codec phase
+  c.batch_size = 16
+  c.learning_rate = 1e-3  # Adam, b1 0.5, b2 0.9 (EnCodec: 3e-4)
+  c.warmup_steps = 50  # linear warm-up of the rate
+  c.l1_weight = 0.1  # waveform L1 (EnCodec's lambda_t)
+  c.spectral_weight = 1.0  # multi-scale log-mel L1 at gan.mel_n_ffts (EnCodec's lambda_f)
+  c.commitment_weight = 1.0
+  c.ema_decay = 0.99  # codebook moving averages
+  c.ema_eps = 1e-5  # Laplace smoothing of the cluster sizes
+  c.kmeans_iters = 10  # k-means rounds initialising each codebook on the first batch (50)
+  c.dead_code_threshold = 0.25  # codewords with a smaller average cluster size are reset (2)
+  return c
 
 
 def flow_config() -> ml_collections.ConfigDict:
@@ -143,6 +187,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.data = data_config()
   config.mel = mel_config()
   config.model = model_config()
+  config.codec = codec_config()
   config.flow = flow_config()
   config.gan = gan_config()
   config.eval = eval_config()
@@ -152,7 +197,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.loop = common.loop_config(log_every=50, checkpoint_every=200)
   common.add_parallelism(config)
 
-  if variant == "gpu":
+  if variant == "tokens":
+    config.model.condition = "tokens"
+    config.eval.update(fm_steps=(1, 2, 4), headline_fm_steps=4)
+  if variant in ("gpu", "gpu_tokens"):
     config.data.update(source="libritts", sample_rate=24_000, segment_length=35_840, num_test=256)
     config.mel.update(n_fft=1024, hop=256, n_mels=100)
     config.model.update(
@@ -188,4 +236,22 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       timing_batch=16,
     )
     config.loop = common.loop_config(log_every=100, checkpoint_every=5000)
+  if variant == "gpu_tokens":
+    config.model.update(
+      condition="tokens", n_ffts=(640, 320, 160), hops=(320, 160, 80), pretrained_checkpoint=""
+    )
+    config.codec.update(
+      num_filters=32,
+      ratios=(8, 5, 4, 2),
+      dimension=128,
+      lstm_layers=2,
+      codebook_size=1024,
+      num_quantizers=32,
+      quantizers=8,
+      steps=300_000,
+      batch_size=64,
+      learning_rate=3e-4,
+      kmeans_iters=50,
+      dead_code_threshold=2.0,
+    )
   return config

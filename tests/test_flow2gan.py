@@ -498,3 +498,110 @@ def test_examples_from_a_finished_runs_checkpoints(tiny_run):
   again = {p.name: p.read_bytes() for p in (workdir / "examples").glob("*.wav")}
   assert again == written
   np.testing.assert_equal(json.loads((workdir / "examples" / "quality.json").read_text()), metrics)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Token conditioning (methods/flow2gan/tokens.py)
+# ---------------------------------------------------------------------------------------------------
+
+
+def tiny_token_config():
+  """`tiny_config` conditioned on the tokens of a 3-codebook codec of hop 32 (a multiple of 32, 16)."""
+  config = tiny_config()
+  config.model.condition = "tokens"
+  config.codec.update(
+    steps=3,
+    batch_size=4,
+    warmup_steps=1,
+    num_filters=4,
+    ratios=(4, 4, 2),
+    dimension=8,
+    codebook_size=16,
+    num_quantizers=3,
+    quantizers=2,
+    kmeans_iters=2,
+  )
+  return config
+
+
+def test_token_condition_shapes_and_dtypes():
+  config = tiny_token_config()
+  state = phases.tokens.init_codec_state(config, jax.random.key(0))
+  books = jax.random.normal(jax.random.key(1), state["rvq"]["embed"].shape)
+  codec = {"encoder": state["params"]["encoder"], "codebooks": books}
+  real = jnp.asarray(phases.train_arrays(config)["audio"][:3])
+  codes = phases.tokens.tokens(config, codec, real)
+  chex.assert_shape(codes, (3, 1024 // 32, 2))
+  chex.assert_type(codes, jnp.int32)
+  features = phases.condition_features(config, codec, real)
+  chex.assert_shape(features, (3, 1024 // 32, 8))
+  chex.assert_type(features, jnp.float32)
+  # the condition is the sum of the used codebooks' codewords of the tokens
+  want = books[0][codes[..., 0]] + books[1][codes[..., 1]]
+  np.testing.assert_allclose(features, want, atol=1e-6)
+  params = jax.eval_shape(lambda: phases.init_generator(config, jax.random.key(2)))
+  assert params["params"]["encoder"]["Conv_0"]["kernel"].shape == (3, 8, 8)  # codewords in
+  out = jax.eval_shape(lambda p: phases.generate(config, p, features, real, 2), params)
+  assert out.shape == (3, 1024) and out.dtype == jnp.float32
+  names = [p.name for p in phases.phases(config)]
+  assert names == ["codec", "flow", "gan_1step", "benchmark"]
+  assert np.isclose(phases.tokens.bitrate_kbps(config), 2 * 4 * 8000 / 32 / 1e3)
+
+
+@pytest.mark.parametrize(
+  "changes, message",
+  [
+    (dict(model__condition="text"), "config.model.condition"),
+    (dict(codec__quantizers=4), "config.codec.quantizers"),
+    (dict(codec__ratios=(4, 3)), "config.model.hops"),  # hop 12 is no multiple of 32
+    (dict(codec__codebook_size=12), "config.codec.codebook_size"),
+    (dict(codec__ema_decay=1.0), "config.codec.ema_decay"),
+    (dict(model__codec_checkpoint="/nonexistent/e.npz"), "config.model.codec_checkpoint"),
+  ],
+)
+def test_bad_token_config_names_the_field(changes, message):
+  from methods.base import with_changes
+
+  config = with_changes(tiny_token_config(), **changes)
+  with pytest.raises(ConfigError, match=message):
+    loop.validate(config, data_devices=1)
+
+
+@pytest.mark.slow
+def test_tiny_token_run_through_the_loop(tmp_path):
+  """codec -> flow -> 1-step GAN -> benchmark on tokens; the examples restore the codec too."""
+  config = tiny_token_config()
+  summary = loop.run(config, str(tmp_path))
+  r = summary.results
+  assert summary.step_traces == {"codec": 1, "flow": 1, "gan_1step": 1, "benchmark": 0}
+  for key in ("codec_mel_distance", "codec_perplexity", "fm_1step/mel_distance", "mel_distance"):
+    assert np.isfinite(r[key]), key
+  assert r["codec_kbps"] == phases.tokens.bitrate_kbps(config)
+  metrics = examples.from_checkpoints(config, str(tmp_path))
+  np.testing.assert_allclose(
+    metrics["gan_1step/mel_distance"], r["gan_1step/mel_distance"], rtol=1e-6
+  )
+
+
+def test_token_study_arms_and_report():
+  config = flow2gan_config.get_config("tokens")
+  arms = dict(study.study_arms(config))
+  assert list(arms) == ["mel", "tokens_8q", "tokens_2q"]
+  assert arms["mel"].model.condition == "mel"
+  assert [arms[f"tokens_{n}q"].codec.quantizers for n in (8, 2)] == [8, 2]
+  for arm in arms.values():
+    assert tuple(arm.gan.generator_steps) == (1,)
+    loop.validate(arm, data_devices=1)
+  names = [*(f"fm_{n}step" for n in config.eval.fm_steps), "gan_1step"]
+  metrics = (*study.METRICS, "real_time_factor")
+  results = {
+    arm: {f"{g}/{m}": float(i + j) for j, g in enumerate(names) for m in metrics}
+    for i, arm in enumerate(arms)
+  }
+  results["tokens_2q"]["codec_kbps"] = 1.0
+  report = study.report(config, results)
+  assert len(report.rows) == 3 * len(names) and "flow2gan_tokens" in report.figures
+  s = report.summary  # arm index i adds i: tokens_8q is mel + 1, tokens_2q is mel + 2
+  assert s["mel_distance_gan_1step_tokens8q_minus_mel"] == 1.0
+  assert s["mel_distance_fm_1step_low_minus_high_bitrate"] == 1.0
+  assert s["tokens_2q_codec_kbps"] == 1.0

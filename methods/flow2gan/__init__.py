@@ -22,7 +22,13 @@ Map to the code:
   `core/nn/audio_discriminators.py`  MPD and MRD.
   `core/gan.py`                  hinge and feature-matching losses.
   `core/data/speech_like.py`     procedural speech-like audio; LibriTTS crops through tfds.
-  `phases.py`                    `flow` -> `gan_<N>step` (per `gan.generator_steps`) -> `benchmark`;
+  `core/nn/codec.py`             the token codec in EnCodec's layout: SEANet encoder / decoder, residual
+                                 vector quantizer (k-means init, moving-average codebooks).
+  `core/nn/encodec_convert.py`   EnCodec 24 kHz's encoder and codebooks as the codec
+                                 (`model.codec_checkpoint`).
+  `tokens.py`                    `model.condition = "tokens"`: the token condition, the `codec` phase.
+  `phases.py`                    [`codec` ->] `flow` -> `gan_<N>step` (per `gan.generator_steps`) ->
+                                 `benchmark`;
                                  the GAN phases start from the flow phase's averaged parameters,
                                  handed over by the loop (orbax checkpoints of each phase).
   `study.py`                     the study's arms, table and figure.
@@ -44,13 +50,14 @@ from core import diffusion
 from core.data import speech_like
 from methods.base import (
   Method,
+  lookup,
   require,
   require_choice,
   require_file,
   require_positive_int,
   require_prepared_tfds,
 )
-from methods.flow2gan import study
+from methods.flow2gan import study, tokens
 from methods.flow2gan.phases import (
   benchmark,
   flow_loss,
@@ -100,7 +107,7 @@ def _validate_data(config) -> None:
         importlib.util.find_spec("tensorflow") is not None,
         "data.source",
         "'libritts' is read through tfds's LibriTTS builder, which needs TensorFlow "
-        "(pip install tensorflow-cpu)",
+        '(pip install -e ".[audio_data]")',
       )
     require_prepared_tfds(config, "data.data_dir", speech_like.LIBRITTS)
 
@@ -117,9 +124,13 @@ def _validate_model(config) -> None:
     "model.hops",
     "model.n_ffts, hops, channels and num_blocks need one entry per branch",
   )
+  require_choice(config, "model.condition", ("mel", "tokens"))
+  cond_hop, cond_name = config.mel.hop, "mel.hop"
+  if m.condition == "tokens":
+    cond_hop, cond_name = tokens.codec_hop(config), "the codec hop prod(codec.ratios)"
   for n, h in zip(n_ffts, hops, strict=True):
     require(n % h == 0 and 2 * h <= n, "model.hops", f"hop {h} must divide n_fft {n} and be <= n/2")
-    require(config.mel.hop % h == 0, "model.hops", f"hop {h} must divide mel.hop {config.mel.hop}")
+    require(cond_hop % h == 0, "model.hops", f"hop {h} must divide {cond_name} {cond_hop}")
   for field in (
     "model.hidden_factor",
     "model.time_dim",
@@ -146,10 +157,61 @@ def _validate_model(config) -> None:
     )
   length = config.data.segment_length
   require(
-    length % max(config.mel.hop, *hops) == 0,
+    length % max(config.mel.hop, cond_hop, *hops) == 0,
     "data.segment_length",
-    f"{length} must be a multiple of every hop (mel.hop {config.mel.hop}, model.hops {hops})",
+    f"{length} must be a multiple of every hop ({cond_name} {cond_hop}, mel.hop {config.mel.hop}, "
+    f"model.hops {hops})",
   )
+  if m.codec_checkpoint:
+    require(
+      m.condition == "tokens", "model.codec_checkpoint", "is used only with condition 'tokens'"
+    )
+    require_file(
+      config,
+      "model.codec_checkpoint",
+      "an .npz of EnCodec's state dict (transformers' EncodecModel)",
+      "export facebook/encodec_24khz's state dict where torch is installed (core/nn/encodec_convert.py)",
+    )
+    require(
+      m.codec_checkpoint.endswith(".npz"),
+      "model.codec_checkpoint",
+      f"{m.codec_checkpoint!r} is not an .npz of named arrays (core/nn/encodec_convert.py)",
+    )
+
+
+def _validate_codec(config) -> None:
+  c = config.codec
+  _positive_ints(config, "codec.ratios")
+  for field in (
+    "codec.num_filters",
+    "codec.dimension",
+    "codec.num_residual_layers",
+    "codec.codebook_size",
+    "codec.num_quantizers",
+    "codec.quantizers",
+    "codec.batch_size",
+    "codec.kmeans_iters",
+  ):
+    require_positive_int(config, field)
+  require(
+    isinstance(c.lstm_layers, int) and c.lstm_layers >= 0,
+    "codec.lstm_layers",
+    "must be an int >= 0",
+  )
+  for field in ("codec.steps", "codec.warmup_steps"):
+    value = lookup(config, field)
+    require(isinstance(value, int) and value >= 0, field, "must be an int >= 0")
+  require(
+    c.codebook_size & (c.codebook_size - 1) == 0, "codec.codebook_size", "must be a power of 2"
+  )
+  require(
+    c.quantizers <= c.num_quantizers,
+    "codec.quantizers",
+    f"{c.quantizers} codebooks used, only codec.num_quantizers = {c.num_quantizers} exist",
+  )
+  require(0.0 <= c.ema_decay < 1.0, "codec.ema_decay", "must be in [0, 1)")
+  require(c.ema_eps > 0 and c.learning_rate > 0, "codec.learning_rate", "must be positive")
+  require(c.dead_code_threshold >= 0, "codec.dead_code_threshold", "must be >= 0")
 
 
 def _validate_flow(config) -> None:
@@ -215,6 +277,8 @@ def _validate_eval(config) -> None:
 def validate(config: ml_collections.ConfigDict) -> None:
   _validate_data(config)
   _validate_model(config)
+  if tokens.uses_tokens(config):
+    _validate_codec(config)
   _validate_flow(config)
   _validate_gan(config)
   _validate_eval(config)

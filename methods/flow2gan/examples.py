@@ -30,6 +30,7 @@ import jax
 import numpy as np
 
 from core.data import wav
+from methods.flow2gan import tokens
 
 phases = importlib.import_module(
   "methods.flow2gan.phases"
@@ -71,15 +72,24 @@ def restore_generators(config, run_dir: str) -> dict:
   from experiments.checkpoints import PhaseCheckpoints
 
   device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-  shapes = jax.eval_shape(lambda: phases.init_generator(config, jax.random.key(0)))
-  one = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=device), shapes)
+
+  def placed(init):
+    shapes = jax.eval_shape(init)
+    return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=device), shapes)
+
+  one = placed(lambda: phases.init_generator(config, jax.random.key(0)))
   names = ["flow", *(f"gan_{n}step" for n in config.gan.generator_steps)]
+  target = {name: one for name in names}
+  if tokens.uses_tokens(config):
+    target["codec"] = placed(
+      lambda: tokens.codec_outputs(tokens.init_codec_state(config, jax.random.key(0)))
+    )
   store = PhaseCheckpoints(os.path.join(run_dir, "checkpoints", "benchmark"), max_to_keep=1)
   try:
     step = store.latest_step()
     if step is None:
       raise FileNotFoundError(f"{run_dir}: no benchmark checkpoint (has the run finished?)")
-    state, _ = store.restore(step, {name: one for name in names})
+    state, _ = store.restore(step, target)
   finally:
     store.close()
   return state
@@ -95,7 +105,8 @@ def from_checkpoints(config, run_dir: str, merge_pesq: bool = False) -> dict[str
   rng = evaluation_key(config)
   metrics, examples = {}, {}
   for name, phase, steps in phases.generators(config):
-    values, examples[name] = phases.quality(config, params_by_phase[phase], steps, rng)
+    codec = params_by_phase.get("codec")
+    values, examples[name] = phases.quality(config, params_by_phase[phase], steps, rng, codec)
     metrics.update({f"{name}/{k}": v for k, v in values.items()})
   folder = os.path.join(run_dir, EXAMPLES_DIR)
   wav.write_examples(folder, config.data.sample_rate, waveforms(config, examples), WAV_EXAMPLES)
@@ -131,7 +142,7 @@ def _merge_into_results(config, run_dir: str, metrics: dict[str, float]) -> None
 
 def runs(config, workdir: str) -> list[tuple[str, object]]:
   """`(run folder, config)`: the study's arms for a study config, else the one run."""
-  if config.variant != "study":
+  if config.variant not in ("study", "tokens"):
     return [(workdir, config)]
   from methods.flow2gan import study
 

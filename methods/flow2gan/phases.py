@@ -1,8 +1,9 @@
-"""Flow2GAN's phases: `flow` (flow matching of the multi-branch generator), one `gan_<N>step` phase per
-entry of `config.gan.generator_steps` (GAN fine-tuning of the N-step unrolled sampler, initialised from
-the flow phase's averaged parameters) and `benchmark` (0 steps: every generator on the same test set
-and noise, quality metrics and speed side by side). The paper and the map to `core/` are in
-`methods/flow2gan/__init__.py`."""
+"""Flow2GAN's phases: with `model.condition = "tokens"` first `codec` (the codec whose tokens condition
+the generator, `methods/flow2gan/tokens.py`), then `flow` (flow matching of the multi-branch
+generator), one `gan_<N>step` phase per entry of `config.gan.generator_steps` (GAN fine-tuning of
+the N-step unrolled sampler, initialised from the flow phase's averaged parameters) and `benchmark`
+(0 steps: every generator on the same test set and noise, quality metrics and speed side by side).
+The paper and the map to `core/` are in `methods/flow2gan/__init__.py`."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from core.nn import audio_convnext_convert
 from core.nn.audio_convnext import MultiBranchGenerator
 from core.nn.audio_discriminators import Discriminators
 from methods.base import ConfigError, Phase, cached_per_config
+from methods.flow2gan import tokens
 
 # ---------------------------------------------------------------------------------------------------
 # Data
@@ -87,7 +89,7 @@ def generator(config) -> MultiBranchGenerator:
     num_blocks=tuple(m.num_blocks),
     cond_channels=m.cond_channels,
     cond_blocks=m.cond_blocks,
-    cond_hop=config.mel.hop,
+    cond_hop=tokens.codec_hop(config) if tokens.uses_tokens(config) else config.mel.hop,
     time_dim=m.time_dim,
     hidden_factor=m.hidden_factor,
     kernel_size=m.kernel_size,
@@ -101,11 +103,22 @@ def mel_features(config, waveform: jax.Array) -> jax.Array:
   return audio.log_mel(waveform, config.data.sample_rate, m.n_fft, m.hop, m.n_mels)
 
 
+def condition_features(config, codec, waveform: jax.Array) -> jax.Array:
+  """The condition encoder's input `(B, frames, channels)` (`model.condition`): the log-mel, or the
+  summed codewords of the codec's tokens of `waveform` (`codec` from the `codec` phase; None for mel)."""
+  if tokens.uses_tokens(config):
+    return tokens.token_features(config, codec, waveform)
+  return mel_features(config, waveform)
+
+
 def init_generator(config, rng) -> dict:
   """Fresh parameters, or the official weights converted when `model.pretrained_checkpoint` is set."""
   t = config.data.segment_length
   x = jnp.zeros((1, t))
-  mel = mel_features(config, x)
+  if tokens.uses_tokens(config):
+    mel = jnp.zeros((1, *tokens.condition_shape(config, t)))
+  else:
+    mel = mel_features(config, x)
   init = functools.partial(generator(config).init, method=MultiBranchGenerator.full)
   if config.model.pretrained_checkpoint:
     return load_pretrained(config, jax.eval_shape(init, rng, x, mel, jnp.zeros((1,))))
@@ -141,8 +154,9 @@ def sampler(prediction: str, num_steps: int) -> diffusion.Sampler:
 
 
 def generate(config, params, mel, noise, num_steps: int, dropout_rng=None):
-  """The N-step generator: the condition encoded once, then `num_steps` Euler steps from
-  `noise` (already scaled by `flow.noise_scale`); differentiable through every step."""
+  """The N-step generator: the condition (`mel`: `condition_features`, log-mel or token codewords)
+  encoded once, then `num_steps` Euler steps from `noise` (already scaled by `flow.noise_scale`);
+  differentiable through every step."""
   net = generator(config)
   cond = net.apply(params, mel, method=MultiBranchGenerator.encode)
   fn = model_fn(config, params, cond, dropout_rng)
@@ -188,13 +202,14 @@ def flow_error_fn(config, waveform):
   )
 
 
-def flow_loss(config, params, waveform, rng):
+def flow_loss(config, params, waveform, rng, codec=None):
   """Flow matching of the generator on `waveform` (`core.diffusion.rf_regression_loss`), endpoint or
   velocity target (`flow.prediction`), with or without spectral scaling, uniform time, noise scale
-  `flow.noise_scale`, branch dropout on."""
+  `flow.noise_scale`, branch dropout on; conditioned on `condition_features` of `waveform`."""
   loss_rng, dropout_rng = jax.random.split(rng)
   net = generator(config)
-  cond = net.apply(params, mel_features(config, waveform), method=MultiBranchGenerator.encode)
+  features = condition_features(config, codec, waveform)
+  cond = net.apply(params, features, method=MultiBranchGenerator.encode)
   f = config.flow
   return diffusion.rf_regression_loss(
     model_fn(config, params, cond, dropout_rng),
@@ -207,21 +222,30 @@ def flow_loss(config, params, waveform, rng):
   )
 
 
+def _with_codec(config, state: dict, inputs) -> dict:
+  """The codec rides in the state of every phase after it (steps see no inputs), frozen."""
+  if tokens.uses_tokens(config):
+    return {**state, "codec": inputs["codec"]}
+  return state
+
+
 def init_flow_state(config, rng, inputs=None) -> dict:
-  del inputs
   params = init_generator(config, rng)
-  return {"params": params, "ema": params, "opt_state": flow_optimizer(config).init(params)}
+  state = {"params": params, "ema": params, "opt_state": flow_optimizer(config).init(params)}
+  return _with_codec(config, state, inputs)
 
 
 def flow_step(config, state, batch, rng):
-  loss, grads = jax.value_and_grad(lambda p: flow_loss(config, p, batch["audio"], rng))(
+  codec = state.get("codec")
+  loss, grads = jax.value_and_grad(lambda p: flow_loss(config, p, batch["audio"], rng, codec))(
     state["params"]
   )
   updates, opt_state = flow_optimizer(config).update(grads, state["opt_state"], state["params"])
   params = optax.apply_updates(state["params"], updates)
   decay = config.flow.ema_decay
   ema = jax.tree.map(lambda e, p: decay * e + (1.0 - decay) * p, state["ema"], params)
-  return {"params": params, "ema": ema, "opt_state": opt_state}, {
+  new = {"params": params, "ema": ema, "opt_state": opt_state}
+  return {**state, **new}, {
     "loss": loss,
     "grad_norm": optax.tree.norm(grads),
   }
@@ -237,7 +261,8 @@ def flow_validation(config, state, rng) -> dict[str, float]:
   time and noise."""
   waveform = jnp.asarray(test_arrays(config)["audio"][: config.eval.batch_size])
   loss_fn = jitted_flow_loss(config)
-  losses = [loss_fn(state["ema"], waveform, jax.random.fold_in(rng, i)) for i in range(2)]
+  codec = state.get("codec")
+  losses = [loss_fn(state["ema"], waveform, jax.random.fold_in(rng, i), codec) for i in range(2)]
   return {"flow_validation_loss": float(np.mean(losses))}
 
 
@@ -270,13 +295,14 @@ def init_gan_state(config, rng, inputs) -> dict:
   x = jnp.zeros((1, config.data.segment_length))
   disc_params = discriminators(config).init(rng, x)
   gen_opt, disc_opt = gan_optimizers(config)
-  return {
+  state = {
     "gen": gen_params,
     "disc": disc_params,
     "gen_opt": gen_opt.init(gen_params),
     "disc_opt": disc_opt.init(disc_params),
     "step": jnp.zeros((), jnp.int32),
   }
+  return _with_codec(config, state, inputs)
 
 
 def _judge(config, disc_params, real, fake):
@@ -355,7 +381,7 @@ def generator_update(config, num_steps: int, state, real, mel, rng):
 def gan_step(config, num_steps: int, state, batch, rng):
   """A discriminator step, then (after `gan.disc_only_steps` steps) a generator step."""
   real = batch["audio"]
-  mel = mel_features(config, real)
+  mel = condition_features(config, state.get("codec"), real)
   d_rng, g_rng = jax.random.split(rng)
   state, d_loss = discriminator_update(config, num_steps, state, real, mel, d_rng)
   zeros = {k: jnp.zeros(()) for k in ("adv_mpd", "adv_mrd", "fm_mpd", "fm_mrd", "mel", "total")}
@@ -381,11 +407,12 @@ def gan_step(config, num_steps: int, state, batch, rng):
 
 @cached_per_config(maxsize=16)
 def jitted_generator(config, num_steps: int):
-  """`(params, audio, rng) -> waveform` clamped to [-1, 1] (inference)."""
+  """`(params, codec, audio, rng) -> waveform` clamped to [-1, 1] (inference; the condition, log-mel
+  or tokens, is computed from `audio` inside, and timed with the generator)."""
 
-  def run(params, reference, rng):
+  def run(params, codec, reference, rng):
     noise = initial_noise(config, rng, reference.shape)
-    out = generate(config, params, mel_features(config, reference), noise, num_steps)
+    out = generate(config, params, condition_features(config, codec, reference), noise, num_steps)
     return jnp.clip(out, -1.0, 1.0)
 
   return jax.jit(run)
@@ -411,7 +438,7 @@ def jitted_metrics(config):
   return jax.jit(metrics)
 
 
-def quality(config, params, num_steps: int, rng) -> tuple[dict[str, float], np.ndarray]:
+def quality(config, params, num_steps: int, rng, codec=None) -> tuple[dict[str, float], np.ndarray]:
   """Metrics of one generator over the test set (fixed noise per batch), and its first outputs.
   `pesq` (wideband, `core.audio.pesq_wideband`) is the mean over the segments PESQ can score, and is
   there only when the optional `pesq` package is installed."""
@@ -422,7 +449,7 @@ def quality(config, params, num_steps: int, rng) -> tuple[dict[str, float], np.n
   for i, start in enumerate(range(0, len(data["audio"]), size)):
     real = jnp.asarray(data["audio"][start : start + size])
     silence = jnp.asarray(data["silence"][start : start + size], jnp.float32)
-    fake = fn(params, real, jax.random.fold_in(rng, i))
+    fake = fn(params, codec, real, jax.random.fold_in(rng, i))
     first = np.asarray(fake) if first is None else first
     rows.append(jax.device_get(metric_fn(real, fake, silence)))
     if audio.PESQ_AVAILABLE:
@@ -440,7 +467,7 @@ def quality(config, params, num_steps: int, rng) -> tuple[dict[str, float], np.n
   return out, first
 
 
-def speed(config, params, num_steps: int) -> dict[str, float]:
+def speed(config, params, num_steps: int, codec=None) -> dict[str, float]:
   """Samples per second and real-time factor (generation time / audio duration) of the jitted
   generator on `eval.timing_batch` segments, best of `eval.timing_repeats` after a warm-up call."""
   import time
@@ -448,11 +475,11 @@ def speed(config, params, num_steps: int) -> dict[str, float]:
   e, d = config.eval, config.data
   fn = jitted_generator(config, num_steps)
   reference = jnp.asarray(test_arrays(config)["audio"][: e.timing_batch])
-  jax.block_until_ready(fn(params, reference, jax.random.key(0)))
+  jax.block_until_ready(fn(params, codec, reference, jax.random.key(0)))
   best = float("inf")
   for i in range(e.timing_repeats):
     start = time.perf_counter()
-    jax.block_until_ready(fn(params, reference, jax.random.key(i + 1)))
+    jax.block_until_ready(fn(params, codec, reference, jax.random.key(i + 1)))
     best = min(best, time.perf_counter() - start)
   duration = reference.shape[0] * reference.shape[1] / d.sample_rate
   return {"samples_per_second": reference.size / best, "real_time_factor": best / duration}
@@ -474,10 +501,11 @@ def headline(config) -> str:
 
 def benchmark(config, params_by_phase, rng) -> tuple[dict[str, float], dict[str, np.ndarray]]:
   results, examples = {}, {}
+  codec = params_by_phase.get("codec")
   for name, phase, steps in generators(config):
     params = params_by_phase[phase]
-    metrics, examples[name] = quality(config, params, steps, rng)
-    metrics.update(speed(config, params, steps))
+    metrics, examples[name] = quality(config, params, steps, rng, codec)
+    metrics.update(speed(config, params, steps, codec))
     results.update({f"{name}/{k}": v for k, v in metrics.items()})
     if name == headline(config):
       results.update(metrics)
@@ -514,6 +542,22 @@ def spectrogram_figure(config, examples: dict[str, np.ndarray]):
 # ---------------------------------------------------------------------------------------------------
 # The phases
 # ---------------------------------------------------------------------------------------------------
+
+
+def codec_phase(config) -> Phase:
+  """The codec of the token condition: trained (`codec.steps`), or converted from
+  `model.codec_checkpoint` (0 steps); hands `{"encoder", "codebooks"}` on."""
+  return Phase(
+    name="codec",
+    num_steps=0 if config.model.codec_checkpoint else config.codec.steps,
+    init=functools.partial(tokens.init_codec_state, config),
+    step=functools.partial(tokens.codec_step, config),
+    data=lambda inputs: data_source(config, config.codec.batch_size),
+    evaluate=lambda state, rng, inputs: tokens.codec_evaluation(
+      config, state, test_arrays(config)["audio"]
+    ),
+    outputs=lambda state, inputs: tokens.codec_outputs(state),
+  )
 
 
 def phases(config) -> list[Phase]:
@@ -560,4 +604,5 @@ def phases(config) -> list[Phase]:
     evaluate=evaluate,
     artifacts=artifacts,
   )
-  return [flow, *gans, bench]
+  codec = [codec_phase(config)] if tokens.uses_tokens(config) else []
+  return [*codec, flow, *gans, bench]

@@ -12,6 +12,13 @@ Arms (`study_arms`):
   velocity_unscaled        standard flow matching (FM only).
 Every arm benchmarks FM at `eval.fm_steps`; the headline arm also times its GAN generators against them
 in the same process.
+
+Token arms (the `tokens` variant, `token_arms`), each FM at `eval.fm_steps` and the 1-step GAN:
+  mel                      the paper's mel-conditioned model (the reference arm);
+  tokens_<N>q              conditioned on the tokens of the codec trained in the arm's `codec` phase,
+                           with `codec.quantizers` N = 8 and 2 codebooks (two bitrates of one codec:
+                           the codec phase is the same computation in both arms, quantizer dropout
+                           trains it for every count).
 """
 
 from __future__ import annotations
@@ -25,7 +32,26 @@ METRICS = ("mel_distance", "mr_stft_distance", "silence_leakage_dbfs", "quiet_bi
 METRICS_PLOTTED = ("mel_distance", "silence_leakage_dbfs", "quiet_bin_lsd")
 
 
+TOKEN_QUANTIZERS = (8, 2)
+
+
+def token_arms(config):
+  arms = [("mel", with_changes(config, model__condition="mel", gan__generator_steps=(1,)))]
+  for n in TOKEN_QUANTIZERS:
+    arms.append(
+      (
+        f"tokens_{n}q",
+        with_changes(
+          config, model__condition="tokens", codec__quantizers=n, gan__generator_steps=(1,)
+        ),
+      )
+    )
+  return arms
+
+
 def study_arms(config):
+  if config.variant == "tokens":
+    return token_arms(config)
   first = config.gan.generator_steps[0] if config.gan.generator_steps else 1
   both = (first, config.study.second_gan_steps)
   single = dict(
@@ -116,7 +142,36 @@ def _summary(results) -> dict:
   return out
 
 
+def _token_summary(results) -> dict:
+  """Token arms against the mel arm and the low bitrate against the high one (positive: worse)."""
+  mel = results["mel"]
+  high, low = (results[f"tokens_{n}q"] for n in TOKEN_QUANTIZERS)
+  out = {}
+  for name in _generator_names(mel):
+    for metric in ("mel_distance", "mr_stft_distance"):
+      key = f"{name}/{metric}"
+      out[f"{metric}_{name}_tokens{TOKEN_QUANTIZERS[0]}q_minus_mel"] = high[key] - mel[key]
+      out[f"{metric}_{name}_tokens{TOKEN_QUANTIZERS[1]}q_minus_mel"] = low[key] - mel[key]
+      out[f"{metric}_{name}_low_minus_high_bitrate"] = low[key] - high[key]
+  for n, arm in zip(TOKEN_QUANTIZERS, (high, low), strict=True):
+    for key in ("codec_kbps", "codec_mel_distance", "codec_perplexity"):
+      if key in arm:
+        out[f"tokens_{n}q_{key}"] = arm[key]
+  return out
+
+
 def report(config, results: Mapping[str, Mapping[str, float]]) -> Report:
+  if config.variant == "tokens":
+    return Report(
+      rows=_rows(results),
+      summary=_token_summary(results),
+      figures={"flow2gan_tokens": _figure(config, results)},
+      notes=(
+        "Token arms: the generator conditioned on the summed codewords of the tokens of a codec "
+        "trained in the arm (codec_* keys: its own resynthesis at that bitrate); mel arm: the "
+        "log-mel condition. Same generator, flow matching, GAN phase and test set."
+      ),
+    )
   return Report(
     rows=_rows(results),
     summary=_summary(results),
