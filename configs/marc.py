@@ -25,9 +25,11 @@ Variants:
            (methods/marc/paper_phases.py): `qwen` (reads the checkpoint), `teacher_answers`
            (a_full on the RL pool), the students `sft`, `grpo`, `marc` (C-GRPO) and `evaluate` on
            held-out Video-R1 questions. Video entries of multiple-choice and numerical type only
-           (core/data/video_r1.py). No Visual Memory Retriever at this scale: every student gets
-           the two-stage merge over the whole video (the `cgrpo_novmr` arm of the study), down to
-           `compress.budget` temporal patches.
+           (core/data/video_r1.py). The students get the two-stage merge down to
+           `compress.budget` temporal patches: of the Visual Memory Retriever's `retriever.top_k`
+           clips when `retriever.clip_checkpoint` names a CLIP folder (cuts on CLIP frame
+           embeddings, methods/marc/paper_vmr.py), of the whole video when it is "" (the default;
+           the `cgrpo_novmr` arm of the study).
 
   python experiments/train.py --config=configs/marc.py --workdir=runs/marc
   python experiments/study.py --config=configs/marc.py:study --workdir=runs/marc_study
@@ -93,6 +95,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.retriever.temperature = 0.1  # InfoNCE
   config.retriever.cut_threshold = 0.015  # cosine distance of consecutive frames that cuts an event
   config.retriever.top_k = 2  # clips kept (paper: 3 on long videos)
+  # gpu: a transformers CLIPModel folder (config.json, model.safetensors, vocab.json, merges.txt;
+  # e.g. openai/clip-vit-large-patch14) for the students' Visual Memory Retriever; "" = the students
+  # merge the whole video
+  config.retriever.clip_checkpoint = ""
+  config.retriever.min_clip_frames = 4  # gpu: the shortest event clip the cuts may leave (frames)
 
   config.compress = ml_collections.ConfigDict()
   config.compress.budget = 2  # N_target frames (x P = 8 visual tokens, 12.5% of 64)
@@ -150,6 +157,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.model.depth = 36
     config.model.num_heads = 16
     config.retriever.top_k = 3
+    config.retriever.cut_threshold = 0.15  # on CLIP image embeddings (inferred, not tuned)
     config.compress.budget = 1
     config.rl.prompts = 8
     config.rl.steps = 625  # 5K samples, one epoch

@@ -5,6 +5,7 @@ prompt, Video-R1's rewards, validation, and the phases through `experiments.loop
 import functools
 import json
 import math
+import pathlib
 
 import jax
 import numpy as np
@@ -318,3 +319,70 @@ def test_student_steps_update_the_decoder_on_merged_batches(tmp_path):
     assert all(bool(np.isfinite(v)) for v in jax.tree.leaves(metrics)), name
     moved = jax.tree.map(lambda a, b: float(np.max(np.abs(a - b))), new["params"], decoder)
     assert max(jax.tree.leaves(moved)) > 0, name
+
+
+def write_clip_checkpoint(folder):
+  """A tiny random transformers `CLIPModel` folder (the layout of `fixtures/clip_vision.npz`)."""
+  from safetensors.numpy import save_file
+
+  fixtures = pathlib.Path(__file__).with_name("fixtures")
+  with np.load(fixtures / "clip_vision.npz") as archive:
+    state = {k.removeprefix("state_dict."): archive[k] for k in archive.files if "state_dict." in k}
+    (folder / "config.json").write_text(str(archive["config_json"]))
+  with np.load(fixtures / "clip_text.npz") as archive:
+    (folder / "vocab.json").write_text(str(archive["vocab_json"]), encoding="utf-8")
+    (folder / "merges.txt").write_text(str(archive["merges_txt"]), encoding="utf-8")
+  save_file(state, str(folder / "model.safetensors"))
+
+
+def write_two_scene_video(path, size=(56, 84)):
+  """8 frames: 4 of one noise image, then 4 of another (one cut, after frame 3)."""
+  av = pytest.importorskip("av")
+  rng = np.random.default_rng(5)
+  scenes = rng.integers(0, 256, (2, *size, 3)).astype(np.uint8)
+  with av.open(str(path), "w") as container:
+    stream = container.add_stream("mpeg4", rate=2)
+    stream.height, stream.width = size
+    stream.pix_fmt = "yuv420p"
+    for i in range(8):
+      frame = av.VideoFrame.from_ndarray(scenes[i // 4], format="rgb24")
+      for packet in stream.encode(frame):
+        container.mux(packet)
+    for packet in stream.encode():
+      container.mux(packet)
+
+
+@pytest.mark.slow
+def test_students_encode_and_merge_only_the_retrieved_clips(tmp_path):
+  from methods.marc import paper_phases, paper_vmr
+
+  (tmp_path / "clip").mkdir()
+  write_clip_checkpoint(tmp_path / "clip")
+  write_checkpoint(tmp_path)
+  write_video_r1(tmp_path, videos=False)
+  write_two_scene_video(tmp_path / "videos" / "a.mp4")
+  config = tiny_config(tmp_path, tmp_path)
+  config.data.num_frames = 8  # 4 temporal patches
+  config.retriever.update(clip_checkpoint=str(tmp_path / "clip"), top_k=1, min_clip_frames=2)
+  config.retriever.cut_threshold = 0.01
+  path, question = str(tmp_path / "videos" / "a.mp4"), vr.user_text(qa_entries()[0])
+  assert paper_vmr.retrieval_text(question) == "What moves first? Options:\nA. a cat\nB. a dog"
+  (whole,) = paper_phases.ps.encode(config, [path])
+  ((kept, times),) = paper_phases.ps.encode_retrieved(config, [path], [question])
+  assert whole.grid[0] == 4
+  # one of the two scenes: its 2 temporal patches, with the tokens they have in the whole video
+  assert kept.grid[0] == 2 and times.tolist() in ([0.0, 1.0], [2.0, 3.0])
+  np.testing.assert_allclose(kept.tokens, whole.tokens[times.astype(int)], atol=1e-4, rtol=1e-4)
+  inputs = paper_phases.ps.visual_input(config, [kept], [[5, 6]], "merge", times=[times])
+  assert inputs.visual.shape[0] == 6  # compress.budget = 1 patch of 6 merged tokens
+  # padded to the whole video's 4 patches with invalid ones: the 2 kept patches merge into one
+  merged_tokens, merged_times = paper_phases.ps.merged(config, kept.tokens, times)
+  np.testing.assert_allclose(merged_tokens[0], np.mean(kept.tokens, 0), atol=1e-5)
+  assert merged_times.tolist() == [float(np.mean(times))]  # the merged patch's M-RoPE time
+  records = [vr.Record(path, question, "<answer>A</answer>", "multiple choice", "")]
+  batch = paper_phases.prompt_batch(config, records, [0], "merge")
+  np.testing.assert_allclose(batch["visual"][0, :6], inputs.visual, atol=1e-5)
+  config.retriever.clip_checkpoint = ""  # unset: the students merge the whole video
+  whole_merge = paper_phases.ps.visual_input(config, [whole], [[5, 6]], "merge")
+  batch = paper_phases.prompt_batch(config, records, [0], "merge")
+  np.testing.assert_allclose(batch["visual"][0, :6], whole_merge.visual, atol=1e-5)

@@ -24,8 +24,11 @@ Map to the paper:
   `paper_scale.py`           the gpu variant's model: Qwen2.5-VL-3B from `model.checkpoint` as
                              teacher (all visual tokens) and student (merged), on video files.
   `paper_phases.py`          the gpu variant's phases on Video-R1 (`core/data/video_r1.py`):
-                             a_full, SFT / GRPO / C-GRPO students on the merged whole video (no
-                             retriever at this scale), evaluation.
+                             a_full, SFT / GRPO / C-GRPO students on the merged input (the VMR's
+                             clips with `retriever.clip_checkpoint`, else the whole video),
+                             evaluation.
+  `paper_vmr.py`             the gpu variant's Visual Memory Retriever: cuts on CLIP frame
+                             embeddings, top-k clips by CLIP similarity to the question.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ import os
 import ml_collections
 
 from methods.base import Method, require, require_positive_int
-from methods.marc import paper_scale
+from methods.marc import paper_scale, paper_vmr
 from methods.marc.phases import STUDENTS, phases
 from methods.marc.study import report, study_arms
 
@@ -198,6 +201,22 @@ def _validate_paper_scale(config) -> None:
   )
   _validate_tokenizer(config, tokenizer_json)
   _validate_video_r1(config)
+  _validate_clip_retriever(config)
+
+
+def _validate_clip_retriever(config) -> None:
+  r = config.retriever
+  if not r.clip_checkpoint:  # the students merge the whole video
+    return
+  problem = paper_vmr.checkpoint_problem(r.clip_checkpoint)
+  require(
+    problem is None,
+    "retriever.clip_checkpoint",
+    f"{problem}; expected a transformers CLIPModel folder (config.json, model.safetensors, "
+    'vocab.json, merges.txt), e.g. openai/clip-vit-large-patch14, or "" for no retriever',
+  )
+  require(0 < r.cut_threshold < 2, "retriever.cut_threshold", "a cosine distance in (0, 2)")
+  require_positive_int(config, "retriever.min_clip_frames")
 
 
 def _validate_tokenizer(config, path: str) -> None:

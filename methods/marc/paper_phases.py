@@ -14,9 +14,11 @@ Phases:
                      test questions: `accuracy` (the main student), `teacher_accuracy`, `token_ratio`,
                      `latency_ratio`.
 
-The students' input is MARC's two-stage merge over the whole video (the `cgrpo_novmr` arm of the
-EventWorld study): the Visual Memory Retriever (event segmentation and a retriever model) is not built
-at this scale. Rewards are Video-R1's rules on the decoded text (`core.data.video_r1`), computed on
+The students' input: with `retriever.clip_checkpoint` set (a transformers `CLIPModel` folder), the
+Visual Memory Retriever of `paper_vmr.py` keeps the `retriever.top_k` event clips closest to the
+question and MARC's two-stage merge compresses their temporal patches; with it unset, the merge runs
+over the whole video (the `cgrpo_novmr` arm of the EventWorld study). The teacher always sees every
+frame. Rewards are Video-R1's rules on the decoded text (`core.data.video_r1`), computed on
 the host inside the jitted step through `jax.pure_callback`.
 """
 
@@ -97,10 +99,15 @@ def prompt_batch(config, records, rows, mode: str) -> dict[str, np.ndarray]:
   `records[rows]` with the teacher's (`full`) or the merged (`merge`) visual tokens."""
   qvl, _ = ps.model_of(config)
   picked = [records[int(r)] for r in rows]
-  videos = ps.encode(config, [r.path for r in picked])
+  paths, times = [r.path for r in picked], None
+  if mode == "merge" and config.retriever.clip_checkpoint:  # the students' VMR
+    retrieved = ps.encode_retrieved(config, paths, [r.question for r in picked])
+    videos, times = [v for v, _ in retrieved], [t for _, t in retrieved]
+  else:
+    videos = ps.encode(config, paths)
   prefix = _prefix_ids(config)
   questions = [question_ids(config, r) for r in picked]
-  inputs = ps.visual_input(config, videos, questions, mode, before=prefix)
+  inputs = ps.visual_input(config, videos, questions, mode, before=prefix, times=times)
   visual_slots, length = slot_counts(config, mode)
   batch = len(picked)
   tokens = np.full((batch, length), qvl.pad_id, np.int32)

@@ -15,7 +15,11 @@ What runs, through the same decoder class and KV-cache decoding loop as the tiny
   * `visual_input`: the teacher's input (`full`: every temporal patch) or the student's (`merge`:
     MARC's two-stage merge, `core/token_merge.compress`, over temporal patches down to
     `compress.budget` of them; a merged slice keeps the mean time of its sources, which becomes its
-    M-RoPE temporal id), and the M-RoPE ids of the prompt `[prefix, video, question]`.
+    M-RoPE temporal id), and the M-RoPE ids of the prompt `[prefix, video, question]`. With
+    `retriever.clip_checkpoint` set, the student's video is first cut by the Visual Memory Retriever
+    (`paper_vmr.py`: CLIP frame embeddings, cuts, top-k clips by CLIP similarity to the question)
+    and only the retrieved clips' temporal patches are encoded and merged; without it the merge runs
+    over the whole video.
   * `answer`: prefill + `core.decoding.decode_loop` (`vlm.qwen_generate`), and `score`: the
     teacher-forced log-probs of given completions (`vlm.qwen_completion_log_probs`).
   * `cgrpo_init` / `cgrpo_step`: one C-GRPO update of the student's language model (the vision
@@ -27,9 +31,9 @@ What runs, through the same decoder class and KV-cache decoding loop as the tiny
 
 The training and evaluation phases around these pieces (Video-R1's QA json and prompts, Qwen's
 tokenizer, a_full, the SFT / GRPO / C-GRPO students, evaluation) are in `paper_phases.py`; they pad
-each batch to shapes fixed by the config and reward decoded text. Not built at this scale: the Visual
-Memory Retriever (this repository's retriever is the EventWorld dual encoder; the students get the
-merge over the whole video) and the six video benchmarks.
+each batch to shapes fixed by the config and reward decoded text. Not built at this scale: the six
+video benchmarks, and the paper's own VMR models (TransNet V2 shot boundaries and Perception Encoder
+are replaced by training-free cuts on CLIP embeddings and a released CLIP, `paper_vmr.py`).
 """
 
 from __future__ import annotations
@@ -51,8 +55,9 @@ from core.nn import qwen_vision
 from core.nn import qwen_vl_convert as qc
 from core.nn import vlm as vlm_lib
 from methods.base import cached_per_config
+from methods.marc import paper_vmr
 
-MODES = ("full", "merge")  # teacher, student (the VMR is not applied at this scale)
+MODES = ("full", "merge")  # teacher, student (VMR clips when retriever.clip_checkpoint is set)
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
 
@@ -94,25 +99,42 @@ class VideoTokens(NamedTuple):
 
 def encode(config, paths: Sequence[str]) -> list[VideoTokens]:
   """Each video file -> `data.num_frames` frames -> the vision tower's tokens."""
+  return [tokens for tokens, _ in _encode(config, paths, None)]
+
+
+def encode_retrieved(
+  config, paths: Sequence[str], questions: Sequence[str]
+) -> list[tuple[VideoTokens, np.ndarray]]:
+  """Each video file and its Video-R1 user text -> `(the tower's tokens of the temporal patches of
+  the Visual Memory Retriever's clips, those patches' positions in the whole video [t] float32)`
+  (`paper_vmr.select_frames`, `retriever.clip_checkpoint`). Only those patches go to the tower: its
+  full attention stays within a temporal patch, so they get the tokens they have in the whole
+  video."""
+  return _encode(config, paths, questions)
+
+
+def _encode(config, paths, questions):
   qvl, params = model_of(config)
   c = qvl.tower.config
   tower = jax.jit(qvl.visual_tokens, static_argnums=2)  # compiled once per grid
   out = []
-  for path in paths:
+  for i, path in enumerate(paths):
     clip = video_files.read_video(
       path,
       config.data.num_frames,
       min_pixels=config.data.min_pixels,
       max_pixels=config.data.max_pixels,
     )
-    pixels, grid = qwen_vision.pixel_values(clip.frames, c)
+    frames, times = clip.frames, None
+    if questions is not None:
+      frames, times = paper_vmr.select_frames(config, frames, questions[i], c.temporal_patch_size)
+    pixels, grid = qwen_vision.pixel_values(frames, c)
     tokens = tower(params, pixels, (grid,))
     per_slice = grid[1] * grid[2] // c.spatial_merge_size**2
-    out.append(
-      VideoTokens(
-        tokens.reshape(grid[0], per_slice, -1), grid, clip.seconds_per_grid(c.temporal_patch_size)
-      )
+    video = VideoTokens(
+      tokens.reshape(grid[0], per_slice, -1), grid, clip.seconds_per_grid(c.temporal_patch_size)
     )
+    out.append((video, times))
   return out
 
 
@@ -131,22 +153,26 @@ def visual_input(
   questions: Sequence[Sequence[int]],
   mode: str,
   before: Sequence[int] = (),
+  times: Sequence[np.ndarray | None] | None = None,
 ) -> VisualInput:
   """Prompts `[*before, <|vision_start|>, video, <|vision_end|>, question]` with the teacher's
-  (`full`) or the student's (`merge`, `compress.budget` temporal patches) visual tokens."""
+  (`full`) or the student's (`merge`, `compress.budget` temporal patches) visual tokens. `times`:
+  per video, its rows' temporal patches in the whole video (`encode_retrieved`; None: 0..t-1)."""
   if mode not in MODES:
     raise ValueError(f"visual_input: mode must be one of {MODES}, got {mode!r}")
   qvl, _ = model_of(config)
   merge = qvl.tower.config.spatial_merge_size
   blocks, grids, temporal, prompts = [], [], [], []
-  for video, question in zip(videos, questions, strict=True):
+  times = [None] * len(videos) if times is None else times
+  for video, question, at in zip(videos, questions, times, strict=True):
     t, h, w = video.grid
-    tokens, times = video.tokens, np.arange(t, dtype=np.float32)
+    tokens = video.tokens
+    at = np.arange(t, dtype=np.float32) if at is None else np.asarray(at, np.float32)
     if mode == "merge":
-      tokens, times = merged(config, tokens)
+      tokens, at = merged(config, tokens, at)
     blocks.append(tokens.reshape(-1, tokens.shape[-1]))
     grids.append((tokens.shape[0], h, w))
-    temporal.append(times)
+    temporal.append(at)
     prompts.append(qvl.video_prompt(tokens.shape[0] * h * w // merge**2, before, question))
   lengths = np.array([len(p) for p in prompts], np.int32)
   padded = np.full((len(prompts), lengths.max()), qvl.pad_id, np.int32)
@@ -158,10 +184,18 @@ def visual_input(
   return VisualInput(padded, lengths, jnp.concatenate(blocks), rope, deltas, counts)
 
 
-def merged(config, tokens: jax.Array) -> tuple[jax.Array, np.ndarray]:
-  """MARC's two-stage merge over the temporal patches of one video: `([budget, P, d] tokens,
-  their mean temporal-patch times)`."""
-  out = _merge_fn(config, tokens.shape[0])(tokens.astype(jnp.float32))
+def merged(config, tokens: jax.Array, times=None) -> tuple[jax.Array, np.ndarray]:
+  """MARC's two-stage merge over the temporal patches of one video (at `times [t]`, default
+  0..t-1): `([budget, P, d] tokens, their mean temporal-patch times)`. Fewer patches than the whole
+  video has (the retriever's clips) are padded with invalid ones, so the merge compiles once."""
+  t = tokens.shape[0]
+  times = np.arange(t, dtype=np.float32) if times is None else np.asarray(times, np.float32)
+  slices = max(
+    t, -(-config.data.num_frames // model_of(config)[0].tower.config.temporal_patch_size)
+  )
+  features = jnp.pad(tokens.astype(jnp.float32), ((0, slices - t), (0, 0), (0, 0)))
+  padded_times = np.concatenate([times, times[-1] + 2.0 + np.arange(slices - t, dtype=np.float32)])
+  out = _merge_fn(config, slices)(features, jnp.asarray(padded_times), jnp.arange(slices) < t)
   keep = int(np.sum(np.asarray(out.valid)))
   return out.features[:keep].astype(tokens.dtype), np.asarray(out.times[:keep])
 
@@ -170,11 +204,12 @@ def merged(config, tokens: jax.Array) -> tuple[jax.Array, np.ndarray]:
 def _merge_fn(config, slices: int):
   c = config.compress
 
-  def merge(features):
-    frames = token_merge.Frames(
-      features, jnp.arange(slices, dtype=jnp.float32), jnp.ones((slices,), bool)
-    )
-    segment = jnp.zeros((slices,), jnp.int32)
+  def merge(features, times, valid):
+    frames = token_merge.Frames(features, times, valid)
+    # stage 1's groups: runs of consecutive temporal patches (one per retrieved clip; one for the
+    # whole video without the retriever)
+    gaps = jnp.concatenate([jnp.zeros((1,), bool), jnp.diff(times) > 1.5])
+    segment = jnp.cumsum(gaps).astype(jnp.int32)
     return token_merge.compress(
       frames, segment, budget=min(c.budget, slices), window=c.window, rho=c.rho
     )
