@@ -92,3 +92,17 @@ def grpo_loss(
     "clip_fraction": jnp.sum((jnp.abs(ratio - 1.0) > clip) * mask) / jnp.maximum(mask.sum(), 1.0),
   }
   return loss, stats
+
+
+def step_metrics(loss: jax.Array, rewards: Rewards, stats: dict) -> dict:
+  """What a GRPO step logs: the loss, the mean reward and each of its parts, eta, and the loss's own
+  statistics (`stats`, e.g. from `grpo_loss`)."""
+  return {
+    "loss": loss,
+    "reward": jnp.mean(rewards.total),
+    "reward_accuracy": jnp.mean(rewards.accuracy),
+    "reward_format": jnp.mean(rewards.format),
+    "reward_compression": jnp.mean(rewards.compression),
+    "eta": jnp.mean(rewards.eta),
+    **stats,
+  }

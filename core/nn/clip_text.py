@@ -126,10 +126,13 @@ class CLIPTextConfig:
 
 
 class SelfAttention(nn.Module):
-  """transformers' `CLIPAttention` with the causal mask of the text tower (scale head_dim**-0.5)."""
+  """transformers' `CLIPAttention` (scale head_dim**-0.5): causal in the text tower, unmasked in the
+  vision tower (`core/nn/clip_vision.py`). `config` is either tower's config: the encoder reads only
+  the fields they share."""
 
-  config: CLIPTextConfig
+  config: Any
   dtype: Any = jnp.float32
+  causal: bool = True
 
   @nn.compact
   def __call__(self, x):
@@ -139,12 +142,13 @@ class SelfAttention(nn.Module):
       nn.Dense(d, dtype=self.dtype, name=name)(x).reshape(n, length, heads, d // heads)
       for name in ("q_proj", "k_proj", "v_proj")
     )
-    out = attention_lib.attention(q, k, v, attention_lib.causal_mask())
+    mask = attention_lib.causal_mask() if self.causal else None
+    out = attention_lib.attention(q, k, v, mask)
     return nn.Dense(d, dtype=self.dtype, name="out_proj")(out.reshape(n, length, d))
 
 
 class Mlp(nn.Module):
-  config: CLIPTextConfig
+  config: Any
   dtype: Any = jnp.float32
 
   @nn.compact
@@ -158,18 +162,21 @@ class EncoderLayer(nn.Module):
   """transformers' `CLIPEncoderLayer`: pre-norm self-attention and MLP, both residual; the residual
   stream stays float32."""
 
-  config: CLIPTextConfig
+  config: Any
   dtype: Any = jnp.float32
+  causal: bool = True
 
   @nn.compact
   def __call__(self, x):
-    h = _layer_norm(self.config, "layer_norm1", x).astype(self.dtype)
-    x = x + SelfAttention(self.config, self.dtype, name="self_attn")(h).astype(jnp.float32)
-    h = _layer_norm(self.config, "layer_norm2", x).astype(self.dtype)
+    h = float32_layer_norm(self.config, "layer_norm1", x).astype(self.dtype)
+    attention = SelfAttention(self.config, self.dtype, self.causal, name="self_attn")
+    x = x + attention(h).astype(jnp.float32)
+    h = float32_layer_norm(self.config, "layer_norm2", x).astype(self.dtype)
     return x + Mlp(self.config, self.dtype, name="mlp")(h).astype(jnp.float32)
 
 
-def _layer_norm(config: CLIPTextConfig, name: str, x):
+def float32_layer_norm(config, name: str, x):
+  """LayerNorm with `config.layer_norm_eps`, computed in float32 (either tower's config)."""
   norm = nn.LayerNorm(epsilon=config.layer_norm_eps, use_fast_variance=False, name=name)
   return norm(x.astype(jnp.float32))
 
@@ -188,13 +195,16 @@ class Embeddings(nn.Module):
 
 
 class Encoder(nn.Module):
-  config: CLIPTextConfig
+  """transformers' `CLIPEncoder`, of the text tower (`causal`) or of the vision tower."""
+
+  config: Any
   dtype: Any = jnp.float32
+  causal: bool = True
 
   @nn.compact
   def __call__(self, x):
     for i in range(self.config.num_hidden_layers):
-      x = EncoderLayer(self.config, self.dtype, name=f"layers_{i}")(x)
+      x = EncoderLayer(self.config, self.dtype, self.causal, name=f"layers_{i}")(x)
     return x
 
 
@@ -218,7 +228,7 @@ class CLIPTextModel(nn.Module):
       )
     x = Embeddings(config, name="embeddings")(ids)
     x = Encoder(config, self.dtype, name="encoder")(x)
-    return _layer_norm(config, "final_layer_norm", x)
+    return float32_layer_norm(config, "final_layer_norm", x)
 
 
 # ---------------------------------------------------------------------------------------------------

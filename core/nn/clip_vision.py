@@ -34,7 +34,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from core.nn import attention as attention_lib
 from core.nn import clip_text
 from core.nn.convert import CheckpointError, Rule, apply_rules, layer_norm, linear, param_shapes
 
@@ -140,66 +139,6 @@ class CLIPVisionConfig:
     return cls(**values, projection_dim=projection)
 
 
-def _layer_norm(eps: float, name: str, x):
-  norm = nn.LayerNorm(epsilon=eps, use_fast_variance=False, name=name)
-  return norm(x.astype(jnp.float32))
-
-
-class VisionSelfAttention(nn.Module):
-  """transformers' `CLIPAttention` without a mask: every token sees every token."""
-
-  config: CLIPVisionConfig
-  dtype: Any = jnp.float32
-
-  @nn.compact
-  def __call__(self, x):
-    n, length, d = x.shape
-    heads = self.config.num_attention_heads
-    q, k, v = (
-      nn.Dense(d, dtype=self.dtype, name=name)(x).reshape(n, length, heads, d // heads)
-      for name in ("q_proj", "k_proj", "v_proj")
-    )
-    out = attention_lib.attention(q, k, v, None)
-    return nn.Dense(d, dtype=self.dtype, name="out_proj")(out.reshape(n, length, d))
-
-
-class VisionMlp(nn.Module):
-  config: CLIPVisionConfig
-  dtype: Any = jnp.float32
-
-  @nn.compact
-  def __call__(self, x):
-    h = nn.Dense(self.config.intermediate_size, dtype=self.dtype, name="fc1")(x)
-    h = clip_text.ACTIVATIONS[self.config.hidden_act](h)
-    return nn.Dense(self.config.hidden_size, dtype=self.dtype, name="fc2")(h)
-
-
-class VisionEncoderLayer(nn.Module):
-  """transformers' `CLIPEncoderLayer`: pre-norm attention and MLP, both residual (float32 stream)."""
-
-  config: CLIPVisionConfig
-  dtype: Any = jnp.float32
-
-  @nn.compact
-  def __call__(self, x):
-    eps = self.config.layer_norm_eps
-    h = _layer_norm(eps, "layer_norm1", x).astype(self.dtype)
-    x = x + VisionSelfAttention(self.config, self.dtype, name="self_attn")(h).astype(jnp.float32)
-    h = _layer_norm(eps, "layer_norm2", x).astype(self.dtype)
-    return x + VisionMlp(self.config, self.dtype, name="mlp")(h).astype(jnp.float32)
-
-
-class VisionEncoder(nn.Module):
-  config: CLIPVisionConfig
-  dtype: Any = jnp.float32
-
-  @nn.compact
-  def __call__(self, x):
-    for i in range(self.config.num_hidden_layers):
-      x = VisionEncoderLayer(self.config, self.dtype, name=f"layers_{i}")(x)
-    return x
-
-
 class CLIPVisionModelWithProjection(nn.Module):
   """`apply(params, pixels)`: normalised pixels `[N, image_size, image_size, C]` (NHWC) ->
   `image_embeds [N, projection_dim]` float32 (unnormalised)."""
@@ -228,9 +167,9 @@ class CLIPVisionModelWithProjection(nn.Module):
     cls = self.param("class_embedding", nn.initializers.normal(0.02), (config.hidden_size,))
     x = jnp.concatenate([jnp.broadcast_to(cls, (x.shape[0], 1, x.shape[-1])), x], 1)
     table = nn.Embed(config.num_positions, config.hidden_size, name="position_embedding")
-    x = _layer_norm(config.layer_norm_eps, "pre_layrnorm", x + table.embedding[None])
-    x = VisionEncoder(config, self.dtype, name="encoder")(x)
-    pooled = _layer_norm(config.layer_norm_eps, "post_layernorm", x[:, 0])
+    x = clip_text.float32_layer_norm(config, "pre_layrnorm", x + table.embedding[None])
+    x = clip_text.Encoder(config, self.dtype, causal=False, name="encoder")(x)
+    pooled = clip_text.float32_layer_norm(config, "post_layernorm", x[:, 0])
     dense = nn.Dense(config.projection_dim, use_bias=False, name="visual_projection")
     return dense(pooled.astype(self.dtype)).astype(jnp.float32)
 

@@ -39,6 +39,7 @@ from core.data import video_r1 as vr
 from core.nn import vlm as vlm_lib
 from methods.base import ConfigError, Phase, cached_per_config
 from methods.marc import paper_scale as ps
+from methods.marc.phases import record_rl_step
 
 CURVES = ("reward", "accuracy", "compression", "eta")
 
@@ -312,19 +313,7 @@ def grpo_step(config, student, state, batch, rng):
 
   (loss, stats), grads = jax.value_and_grad(loss_fn, has_aux=True)(state["params"])
   state = _apply(config, "grpo", state, grads)
-  metrics = {
-    "loss": loss,
-    "reward": jnp.mean(rewards.total),
-    "reward_accuracy": jnp.mean(rewards.accuracy),
-    "reward_format": jnp.mean(rewards.format),
-    "reward_compression": jnp.mean(rewards.compression),
-    "eta": jnp.mean(rewards.eta),
-    **stats,
-  }
-  row = jnp.stack([metrics[k] for k in ("reward", "reward_accuracy", "reward_compression", "eta")])
-  state["curves"] = state["curves"].at[state["step"]].set(row)
-  state["step"] = state["step"] + 1
-  return state, metrics
+  return record_rl_step(state, grpo.step_metrics(loss, rewards, stats))
 
 
 def student_phase(config, name: str) -> Phase:

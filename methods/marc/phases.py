@@ -320,18 +320,14 @@ def grpo_student_step(config, student, state, batch, rng):
 
   (loss, stats), grads = jax.value_and_grad(loss_fn, has_aux=True)(state["params"])
   state = _apply(config, student, state, grads)
-  metrics = {
-    "loss": loss,
-    "reward": jnp.mean(rewards.total),
-    "reward_accuracy": jnp.mean(rewards.accuracy),
-    "reward_format": jnp.mean(rewards.format),
-    "reward_compression": jnp.mean(rewards.compression),
-    "eta": jnp.mean(rewards.eta),
-    **stats,
-  }
+  return record_rl_step(state, grpo.step_metrics(loss, rewards, stats))
+
+
+def record_rl_step(state: dict, metrics: dict) -> tuple[dict, dict]:
+  """The step's row of the reward curves (`state["curves"]`: reward, accuracy, compression, eta) and
+  the step count; the students of both scales keep them."""
   row = jnp.stack([metrics[k] for k in ("reward", "reward_accuracy", "reward_compression", "eta")])
-  state["curves"] = state["curves"].at[state["step"]].set(row)
-  state["step"] = state["step"] + 1
+  state = {**state, "curves": state["curves"].at[state["step"]].set(row), "step": state["step"] + 1}
   return state, metrics
 
 
