@@ -15,13 +15,22 @@ Variants:
   default  192 apps (160 train), a 2-block width-64 world model, 1200 steps; probes, simulation by
            horizon and the agents on 48 tasks per split: ~4 CPU-minutes.
   study    two arms (seeds: world, data and model) of the default with 64 tasks per split;
-           ~10 CPU-minutes.
+           ~12 CPU-minutes.
   reward_weighted
            the decisive experiment for the agent result: the study's two seeds with the milestone
            flag's loss weighted 1 (the default) and 10, milestone recognition with and without
            tutorials, and agent success of no world model, the world model without and with
            retrieval, and the same planner fed the true environment (`true_wm`); novel and updated
            apps only. The weight-1 arms train exactly as the study's arms.
+  counterfactual
+           the experiment that separates budget and setup from the paper: training data with
+           counterfactual clicks (`data.counterfactual_fraction` 1: every expert step also gets a
+           wrong-click twin with the true next state and flag) against today's data, with the
+           default model and with a 4-block width-128 model trained 1600 steps, seed 0 (the second
+           seed's arms, `cf0_small_seed1` and `cf1_small_seed1`, did not fit the CPU budget); the
+           home-screen flag AUC and action accuracy and the agents on novel and updated apps. The
+           `cf0_small` arm trains exactly as the study's seed-0 arm. ~33 CPU-minutes fresh (the large
+           arm alone 22).
   gpu      the paper's scale is an LLM world model (Claude-3.7 / Qwen-2.5-VL-72B) on OSWorld and
            WebArena with their tutorial corpora; this variant names a Llama-layout checkpoint
            (`model.checkpoint`) and the folder of the benchmark tasks and tutorials (`data.data_dir`)
@@ -31,13 +40,14 @@ Variants:
   python experiments/train.py --config=configs/rwom.py --workdir=runs/rwom
   python experiments/study.py --config=configs/rwom.py:study --workdir=runs/rwom_study
   python experiments/study.py --config=configs/rwom.py:reward_weighted --workdir=runs/rwom_reward
+  python experiments/study.py --config=configs/rwom.py:counterfactual --workdir=runs/rwom_cf
 """
 
 import ml_collections
 
 from configs import common
 
-VARIANTS = ("default", "study", "reward_weighted", "gpu")
+VARIANTS = ("default", "study", "reward_weighted", "counterfactual", "gpu")
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -71,6 +81,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.data.epsilon = 0.3  # random valid actions among the expert's
   config.data.task_sizes = (1, 2, 3)  # settings per task
   config.data.tutorial_dropout = 0.5  # transitions trained without tutorials (the WoM context)
+  # share of the expert's steps that also get a twin taking a wrong state-changing action, with the
+  # environment's next state and flag (exploration data; methods/rwom/phases.py
+  # `counterfactual_transitions`); 0 (off) keeps the study's training as measured
+  config.data.counterfactual_fraction = 0.0
 
   config.model = ml_collections.ConfigDict()
   config.model.checkpoint = ""  # gpu: a Llama-layout checkpoint of the LLM world model
@@ -120,6 +134,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.study = ml_collections.ConfigDict()
   config.study.seeds = (0,)
   config.study.milestone_weights = ()  # arms per weight and seed (empty: the config's own weight)
+  # explicit arms `cf<fraction>_<small|large>_seed<seed>` (counterfactual fraction, model, seed);
+  # `small` is the config's own model, `large` the model below
+  config.study.arms = ()
+  config.study.large = ml_collections.ConfigDict(
+    {"width": 128, "depth": 4, "num_heads": 4, "steps": 1600}
+  )
 
   config.loop = common.loop_config(log_every=250, checkpoint_every=500)
   common.add_parallelism(config)
@@ -138,6 +158,17 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.eval.num_tasks = 48
     config.eval.num_agent_tasks = 64
     config.study.seeds = (0, 1)
+  if variant == "counterfactual":
+    # does the flag learn the tutorial comparison once it sees the negatives, and does R-WoM's agent
+    # then beat wm and none? today's data (the study's training, restorable from its checkpoints)
+    # and counterfactual data with the default model, and the larger model on counterfactual data
+    # (the subset the CPU budget allowed: seed 0 only); test splits only
+    config.study.arms = ("cf0_small_seed0", "cf1_small_seed0", "cf1_large_seed0")
+    config.eval.splits = ("novel", "updated")
+    config.eval.contexts = ("none", "retrieved")
+    config.eval.agents = ("none", "wm", "rwom", "true_wm", "oracle")
+    config.eval.num_tasks = 64
+    config.eval.num_agent_tasks = 64
   if variant == "gpu":
     config.world.num_apps = 256
     config.world.train_apps = 224

@@ -26,6 +26,9 @@ rollout, as an LLM world model does in the paper's LongCoT rollout).
   next_state_logprob   probe 1: log p(state' | state, action) for candidate next states
                        (`core.decoding.score`).
   milestone_probability  probe 3: P(r = 1) of teacher-forced transitions.
+  teacher_forced_readout the model's own action and P(r = 1) of teacher-forced transitions (the
+                       home-screen flag diagnostics).
+  pairwise_auc         ROC AUC of flag probabilities against true flags.
   listwise_choice      Eq. 11: rollouts of all candidates compared jointly (softmax over their
                        `rollout_value`: the expected number of imagined steps before the first
                        non-milestone, `on_track`, plus a bonus for a predicted no-op);
@@ -244,6 +247,30 @@ def milestone_probability(model, params, ids, sequences) -> jax.Array:
   logits = model.apply(params, sequences[:, :-1], mask=attention.causal_mask()).logits[:, -1]
   pair = jax.nn.log_softmax(jnp.stack([logits[:, ids.word("0")], logits[:, ids.word("1")]], -1))
   return jnp.exp(pair[:, 1])
+
+
+@functools.partial(jax.jit, static_argnames=("model", "ids", "layout"))
+def teacher_forced_readout(model, params, ids, layout: Layout, sequences):
+  """The model's own action at the `act` position (argmax over action tokens, the choice `imagine`
+  makes when the action is not forced) and P(r = 1), from one forward pass over teacher-forced
+  transitions `sequences [B, length]`; returns `(action [B], p [B])`."""
+  logits = model.apply(params, sequences[:, :-1], mask=attention.causal_mask()).logits
+  actions = logits[:, layout.prompt - 1, ids.action_base : ids.action_base + mw.NUM_ACTIONS]
+  last = logits[:, -1]
+  pair = jax.nn.log_softmax(jnp.stack([last[:, ids.word("0")], last[:, ids.word("1")]], -1))
+  return jnp.argmax(actions, -1), jnp.exp(pair[:, 1])
+
+
+def pairwise_auc(scores, labels) -> float:
+  """Area under the ROC curve of `scores` for binary `labels` (numpy): the probability that a random
+  positive scores above a random negative, ties counted half (Mann-Whitney); nan without both."""
+  scores, labels = np.asarray(scores, np.float64), np.asarray(labels, bool)
+  pos, neg = scores[labels], scores[~labels]
+  if not len(pos) or not len(neg):
+    return float("nan")
+  greater = (pos[:, None] > neg[None, :]).mean()
+  ties = (pos[:, None] == neg[None, :]).mean()
+  return float(greater + 0.5 * ties)
 
 
 # ---------------------------------------------------------------------------------------------------

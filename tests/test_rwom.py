@@ -282,6 +282,38 @@ def test_listwise_and_absolute_choice():
   assert int(rwom.listwise_choice(stuck, unchanged, 0.5)[0][0]) == 2
 
 
+def test_pairwise_auc_counts_ties_half():
+  assert rwom.pairwise_auc([0.9, 0.8, 0.1, 0.2], [1, 1, 0, 0]) == 1.0
+  assert rwom.pairwise_auc([0.1, 0.9], [1, 0]) == 0.0
+  assert rwom.pairwise_auc([0.5, 0.5, 0.5], [1, 0, 0]) == 0.5
+  assert rwom.pairwise_auc([0.7, 0.5, 0.9], [1, 0, 0]) == 0.5
+  assert math.isnan(rwom.pairwise_auc([0.3], [1]))
+
+
+def test_counterfactual_twins_take_a_wrong_state_changing_action():
+  config = tiny_config()
+  config.data.counterfactual_fraction = 1.0
+  phases = importlib.import_module("methods.rwom.phases")
+  world = importlib.import_module("methods.rwom.world")
+  env = world.env_of(config)
+  tasks = mw.sample_tasks(np.random.default_rng(0), 30, range(6), 1)
+  out = mw.rollouts(world.world_of(config).layouts, tasks, 0, 16, 0.3)
+  task, twin = phases.counterfactual_transitions(config, tasks, out)
+  assert len(task) == (out["live"] & out["is_expert"]).sum()  # fraction 1: every expert step
+  layout, state = tasks.layout[task], twin["state"][:, 0]
+  action, nxt = twin["action"][:, 0], twin["next_state"][:, 0]
+  expert = np.asarray(env.expert(layout, state, tasks.goal[task]))
+  assert np.all(action != expert)
+  assert np.all(np.asarray(env.valid(layout, state))[np.arange(len(task)), action])
+  assert np.all(np.any(nxt != state, 1))
+  home = (state[:, 0] == 0) & (state[:, 1] < 0)
+  assert home.any() and np.all(twin["reward"][home, 0] == 0)  # a wrong top menu is no milestone
+  assert np.all(np.isin(action[home], np.asarray(world.world_of(config).layouts.labels)[:, 0]))
+  assert not twin["is_expert"].any()
+  plain = len(phases.train_arrays(tiny_config())["tokens"])
+  assert len(phases.train_arrays(config)["tokens"]) > 1.5 * plain
+
+
 def test_planner_with_the_true_environment_prefers_progress_then_a_no_op():
   config = tiny_config()
   world = importlib.import_module("methods.rwom.world")
@@ -308,6 +340,10 @@ def test_planner_with_the_true_environment_prefers_progress_then_a_no_op():
 # ---------------------------------------------------------------------------------------------------
 
 
+def config_splits():
+  return tiny_config().eval.splits
+
+
 def tiny_config():
   config = rwom_config.get_config()
   config.world.update(num_apps=8, train_apps=6)
@@ -316,6 +352,7 @@ def tiny_config():
   config.steps = 4
   config.batch_size = 16
   config.eval.update(num_tasks=4, num_agent_tasks=4, horizon=3, contexts=("none", "retrieved"))
+  config.eval.splits = ("novel", "updated")  # `seen` runs the same code on other apps
   config.eval.agents = ("none", "rag", "wm", "rwom", "true_wm", "oracle")
   config.loop.update(log_every=2, checkpoint_every=2)
   return config
@@ -329,6 +366,13 @@ def test_run_writes_the_issue_keys_and_report(tmp_path):
   assert 0.0 <= results["success_rwom"] <= 1.0
   assert len(results["sim_accuracy_retrieved_novel"]) == 3
   assert results["recall1_rewrite_rerank"] >= results["recall1_raw"]
+  for context in ("none", "retrieved", "gold"):
+    for split in config_splits():
+      assert 0.0 <= results[f"flag_auc_{context}_{split}"] <= 1.0
+      assert 0.0 <= results[f"action_accuracy_{context}_{split}"] <= 1.0
+    assert results[f"flag_auc_{context}"] == pytest.approx(
+      np.mean([results[f"flag_auc_{context}_{s}"] for s in ("novel", "updated")])
+    )
   assert summary.step_traces == {"train": 1, "evaluate": 0}
   config = tiny_config()
   report = rwom_method.report(config, {"seed0": results, "seed1": results})
@@ -344,9 +388,26 @@ def test_run_writes_the_issue_keys_and_report(tmp_path):
   config.study.milestone_weights = (1.0, 10.0)
   arm_results = {"w1_seed0": results, "w1_seed1": results, "w10_seed0": results}
   report = rwom_method.report(config, arm_results)
-  assert [row["milestone weight"] for row in report.rows] == ["1"] * 3 + ["10"] * 3
+  splits = len(config.eval.splits)
+  assert [row["milestone weight"] for row in report.rows] == ["1"] * splits + ["10"] * splits
   assert report.summary["success_rwom_w10"] == pytest.approx(results["success_rwom"])
   assert "rwom_reward" in report.figures
+  counterfactual = rwom_config.get_config("counterfactual")
+  arms = dict(rwom_method.study_arms(counterfactual))
+  assert list(arms) == ["cf0_small_seed0", "cf1_small_seed0", "cf1_large_seed0"]
+  assert arms["cf1_small_seed0"].data.counterfactual_fraction == 1.0
+  assert rwom_method.explicit_arm(counterfactual, "cf0_small_seed1").world.world_seed == 1
+  assert (arms["cf1_large_seed0"].model.depth, arms["cf1_large_seed0"].model.width) == (4, 128)
+  assert arms["cf0_small_seed0"].model == rwom_config.get_config("study").model
+  config = tiny_config()
+  config.study.arms = ("cf0_small_seed0", "cf1_small_seed0", "cf1_small_seed1")
+  arm_results = {name: results for name in config.study.arms}
+  report = rwom_method.report(config, arm_results)
+  assert [row["arms"] for row in report.rows] == ["cf0_small"] * splits + ["cf1_small"] * splits
+  assert report.summary["flag_auc_retrieved_cf1_small"] == pytest.approx(
+    results["flag_auc_retrieved"]
+  )
+  assert "rwom_counterfactual" in report.figures
 
 
 @pytest.mark.parametrize(
@@ -361,6 +422,8 @@ def test_run_writes_the_issue_keys_and_report(tmp_path):
     ("model.num_heads", 3, "config.model.num_heads: 3 must divide width"),
     ("eval.no_op_value", 1.0, r"config.eval.no_op_value: must be in \[0, 1\)"),
     ("milestone_weight", 0.0, "config.milestone_weight: must be > 0"),
+    ("data.counterfactual_fraction", -0.1, r"config.data.counterfactual_fraction: must be in"),
+    ("study.arms", ("cf1_medium_seed0",), "config.study.arms: 'cf1_medium_seed0' is not"),
   ],
 )
 def test_bad_fields_are_named(field, value, message):
@@ -383,5 +446,5 @@ def test_resume_gives_the_same_results(tmp_path):
   with pytest.raises(loop.Interrupted):
     loop.run(config, str(tmp_path / "split"), should_stop=lambda phase, step: step == 2)
   resumed = loop.run(config, str(tmp_path / "split")).results
-  for key in ("success_rwom", "next_state_id_retrieved_novel", "milestone_accuracy_none_seen"):
+  for key in ("success_rwom", "next_state_id_retrieved_novel", "milestone_accuracy_none_novel"):
     assert resumed[key] == pytest.approx(whole[key])

@@ -305,6 +305,23 @@ def done(state, goal) -> jax.Array:
   return pending_target(state, goal) < 0
 
 
+def counterfactual_action(layouts: Layouts, layout, state, goal, key) -> jax.Array:
+  """A wrong action from `state`: uniform among the valid actions other than the expert's that change
+  the state (a click on a shown menu or setting, `back`, `home`; a decoy leaf, `ok` outside a dialog
+  and `back` at home are no-ops and excluded), or -1 when there is none. At the home screen these
+  are the three top menus the expert does not take: the negatives whose flag only the tutorial (or
+  a memorised layout) decides."""
+  expert = expert_action(layouts, layout, state, goal)
+  labels = layouts.labels[layout, state[0]]
+  candidates = jnp.concatenate([labels, jnp.array([BACK, HOME, OK], jnp.int32)])
+  moved = jax.vmap(lambda a: jnp.any(step(layouts, layout, state, jnp.maximum(a, 0)) != state))(
+    candidates
+  )
+  ok = (candidates >= 0) & (candidates != expert) & moved
+  pick = jax.random.choice(key, candidates.shape[0], p=ok / jnp.maximum(jnp.sum(ok), 1))
+  return jnp.where(jnp.any(ok), candidates[pick], -1).astype(jnp.int32)
+
+
 # ---------------------------------------------------------------------------------------------------
 # Tasks and trajectories
 # ---------------------------------------------------------------------------------------------------

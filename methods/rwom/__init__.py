@@ -24,7 +24,7 @@ import ml_collections
 from methods.base import Method, require, require_choice, require_file, require_positive_int
 from methods.rwom.agents import WORLD_MODEL_AGENTS
 from methods.rwom.phases import SPLITS, phases
-from methods.rwom.study import report, study_arms
+from methods.rwom.study import explicit_arm, report, study_arms
 from methods.rwom.world import CONTEXTS, QUERIES
 
 POSITIVE_FIELDS = (
@@ -77,6 +77,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
     ("world.name_prob", w.name_prob),
     ("data.epsilon", d.epsilon),
     ("data.tutorial_dropout", d.tutorial_dropout),
+    ("data.counterfactual_fraction", d.get("counterfactual_fraction", 0.0)),
   ):
     require(0.0 <= value <= 1.0, field, f"must be in [0, 1], got {value}")
   require(w.submenu_prob <= 0.8, "world.submenu_prob", "above 0.8 the apps have too few leaves")
@@ -118,6 +119,10 @@ def validate(config: ml_collections.ConfigDict) -> None:
   require(len(config.study.seeds) > 0, "study.seeds", "needs at least one seed")
   weights = tuple(config.study.milestone_weights)
   require(all(w > 0 for w in weights), "study.milestone_weights", f"must be > 0, got {weights}")
+  arms = tuple(config.study.get("arms", ()))
+  require(not (arms and weights), "study.arms", "set either study.arms or study.milestone_weights")
+  for name in arms:
+    explicit_arm(config, name)  # names the field for a malformed arm
   if config.variant == "gpu" or config.model.checkpoint or config.data.data_dir:
     _validate_paper_scale(config)
 

@@ -109,8 +109,71 @@ def train_arrays(config) -> dict:
   context = {c: headers(config, tasks, c, config.seed) for c in ("none", "retrieved")}
   dropout_rng = np.random.default_rng([config.seed, 2])
   arrays = transition_sequences(config, tasks, out, rows, context, dropout_rng=dropout_rng)
-  logging.info("rwom: %d training transitions", len(arrays["tokens"]))
+  parts = [arrays]
+  if d.get("counterfactual_fraction", 0.0) > 0:
+    parts.append(counterfactual_sequences(config, tasks, out, context, dropout_rng))
+  arrays = {k: np.concatenate([p[k] for p in parts]) for k in ("tokens", "mask", "reward")}
+  logging.info(
+    "rwom: %d training transitions (%d counterfactual), %.3f milestones",
+    len(arrays["tokens"]),
+    len(arrays["tokens"]) - len(parts[0]["tokens"]),
+    arrays["reward"].mean(),
+  )
   return {"tokens": arrays["tokens"], "mask": arrays["mask"]}
+
+
+def counterfactual_transitions(config, tasks, out) -> tuple[np.ndarray, dict]:
+  """Exploration data on the expert's path: each state where the noisy expert took the expert's
+  action gets, with probability `data.counterfactual_fraction`, a twin transition from the same state
+  that takes a wrong state-changing valid action (`mw.counterfactual_action`), with the environment's
+  true next state and milestone flag (0: a wrong click is never progress from a state on the expert's
+  path). The world model learns from the environment's transitions, so this is data the paper's
+  setting has too (exploration trajectories); here it gives the flag the negatives where the tutorial
+  decides it (right against wrong top menu at the home screen), which the noisy expert alone supplies
+  rarely (~4% of its transitions are wrong top-menu clicks at home). The twin's action is not a loss
+  target (it is not the expert's). Returns the twins' task indices and rollout-shaped arrays
+  `[n, 1]`."""
+  env = env_of(config)
+  rng = np.random.default_rng([config.seed, 3])
+  on_path = out["live"] & out["is_expert"]
+  on_path &= rng.random(on_path.shape) < config.data.counterfactual_fraction
+  task, t = np.nonzero(on_path)
+  state, layout, goal = out["state"][task, t], tasks.layout[task], tasks.goal[task]
+  keys = jax.random.split(jax.random.key(config.seed + 41), len(task))
+  action = np.asarray(_counterfactual_action(world_of(config).layouts)(layout, state, goal, keys))
+  keep = action >= 0
+  task, state, layout, goal, action = (a[keep] for a in (task, state, layout, goal, action))
+  nxt = np.asarray(env.step(layout, state, action))
+  twin = {
+    "state": state[:, None],
+    "action": action[:, None],
+    "next_state": nxt[:, None],
+    "reward": np.asarray(env.reward(layout, state, nxt, goal))[:, None],
+    "is_expert": np.zeros((len(task), 1), bool),
+  }
+  return task, twin
+
+
+def _counterfactual_action(layouts):
+  fn = functools.partial(mw.counterfactual_action, jax.tree.map(jnp.asarray, layouts))
+  return jax.jit(jax.vmap(fn))
+
+
+def single_transition_sequences(
+  config, tasks, task, arrays, context_headers, context="retrieved", dropout_rng=None
+) -> dict:
+  """`transition_sequences` of one transition per row: `arrays` rollout-shaped `[n, 1]`, row i a
+  transition of task `task[i]`."""
+  sub = mw.Tasks(*(np.asarray(a)[task] for a in tasks))
+  heads = {c: h[task] for c, h in context_headers.items()}
+  rows = (np.arange(len(task)), np.zeros(len(task), int))
+  return transition_sequences(config, sub, arrays, rows, heads, context, dropout_rng)
+
+
+def counterfactual_sequences(config, tasks, out, context, dropout_rng) -> dict:
+  """`counterfactual_transitions` as token sequences (tutorial dropout as for the others)."""
+  task, twin = counterfactual_transitions(config, tasks, out)
+  return single_transition_sequences(config, tasks, task, twin, context, dropout_rng=dropout_rng)
 
 
 def train_data(config):
@@ -274,6 +337,55 @@ def milestone_recognition(ev: Evaluator, tasks, context_headers) -> dict:
   return results
 
 
+DIAGNOSTIC_CONTEXTS = {"none": "none", "retrieved": "retrieved", "gold": "oracle"}
+
+
+def home_flag_diagnostics(ev: Evaluator, tasks, context_headers) -> dict:
+  """Does the milestone flag read the tutorial where only the tutorial decides it?
+
+  States: every state of the expert's (noise-free) rollout of `tasks` at the home screen with no
+  dialog and the task not done (the start, and the home screen between targets). Clicks: each of the
+  app's four top menus there; the expert's is right (its flag is 1), the other three are wrong (flag
+  0); a click on a wrong top menu is a valid action that changes the state, and which menu is right
+  is written only in the tutorial (or in a memorised layout). Each click is fed teacher-forced with
+  its true next state, under three tutorial contexts: `none`, `retrieved` (the agent's top-2) and
+  `gold` (the gold tutorial first, the `oracle` context).
+
+    flag_auc_<ctx>          ROC AUC of P(r = 1) for right against wrong clicks, pooled over the
+                            states (0.5: the flag cannot tell them apart).
+    action_accuracy_<ctx>   share of the states where the model's own action (argmax at the `act`
+                            position, as in a rollout) is the expert's click."""
+  out = mw.rollouts(ev.world.layouts, tasks, ev.config.seed + 43, 5 * mw.MAX_TARGETS, 0.0)
+  home = out["live"] & (out["state"][..., 0] == 0) & (out["state"][..., 1] < 0)
+  task, t = np.nonzero(home)
+  menus = mw.TOP_MENUS  # the home screen's slots hold exactly the top menus
+  clicks = np.asarray(ev.world.layouts.labels)[tasks.layout[task], 0, :menus]
+  task_rows = np.repeat(task, menus)
+  state = np.repeat(out["state"][task, t], menus, 0)
+  layout, goal = tasks.layout[task_rows], tasks.goal[task_rows]
+  action = clicks.reshape(-1).astype(np.int32)
+  nxt = np.asarray(ev.env.step(layout, state, action))
+  arrays = {
+    "state": state[:, None],
+    "action": action[:, None],
+    "next_state": nxt[:, None],
+    "reward": np.asarray(ev.env.reward(layout, state, nxt, goal))[:, None],
+    "is_expert": np.ones((len(action), 1), bool),
+  }
+  right = action == np.repeat(out["action"][task, t], menus)
+  results = {}
+  for name, context in DIAGNOSTIC_CONTEXTS.items():
+    seqs = single_transition_sequences(
+      ev.config, tasks, task_rows, arrays, context_headers, context
+    )
+    own, p = rwom.teacher_forced_readout(
+      ev.model, ev.params, ev.world.ids, ev.world.layout, jnp.asarray(seqs["tokens"])
+    )
+    results[f"flag_auc_{name}"] = rwom.pairwise_auc(np.asarray(p), seqs["reward"] == 1)
+    results[f"action_accuracy_{name}"] = float(np.mean(np.asarray(own)[right] == action[right]))
+  return results
+
+
 def retrieval_recall(config, tasks_list) -> dict:
   """Recall@1 and @5 of the gold tutorial for every target, per query pipeline (paper Fig. 3)."""
   world = world_of(config)
@@ -304,6 +416,12 @@ def evaluate(config, params, rng) -> dict:
     part = simulation(ev, tasks, context)
     part.update(next_state_identification(ev, tasks, context, np_rng))
     part.update(milestone_recognition(ev, tasks, context))
+    diagnostic = {c: context.get(c) for c in DIAGNOSTIC_CONTEXTS.values()}
+    diagnostic = {
+      c: h if h is not None else headers(config, tasks, c, config.seed + 3)
+      for c, h in diagnostic.items()
+    }
+    part.update(home_flag_diagnostics(ev, tasks, diagnostic))
     if split in e.agent_splits:
       agent_set = split_tasks(config, split, e.num_agent_tasks, e.agent_sizes, 202)
       agent_tasks.append(agent_set)
@@ -315,8 +433,10 @@ def evaluate(config, params, rng) -> dict:
 
 
 def headline(config, results) -> dict:
-  """The issue's keys: agent success averaged over the agent splits, and R-WoM's simulation gain at
-  the longest horizon (retrieved minus none, averaged over the novel and updated splits)."""
+  """The issue's keys: agent success averaged over the agent splits, R-WoM's simulation gain at the
+  longest horizon (retrieved minus none, averaged over the novel and updated splits), and the
+  home-screen flag AUC and action accuracy per tutorial context (`home_flag_diagnostics`), averaged
+  over the same splits."""
   e = config.eval
   out = {}
   for agent in e.agents:
@@ -328,6 +448,9 @@ def headline(config, results) -> dict:
     results[f"sim_accuracy_retrieved_{s}"][-1] - results[f"sim_accuracy_none_{s}"][-1] for s in test
   ]
   out["long_horizon_accuracy_gain"] = float(np.mean(gains))
+  for key in ("flag_auc", "action_accuracy"):
+    for name in DIAGNOSTIC_CONTEXTS:
+      out[f"{key}_{name}"] = float(np.mean([results[f"{key}_{name}_{s}"] for s in test]))
   return out
 
 

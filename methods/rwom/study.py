@@ -1,16 +1,19 @@
-"""R-WoM's study: one arm per seed (world, data, model), or per milestone weight and seed; the table of
-agents and probes per split with mean ± std over seeds, the summary (issue keys with 95% intervals)
-and the figure by horizon (or, over weights, of milestone recognition and agent success)."""
+"""R-WoM's study: one arm per seed (world, data, model), per milestone weight and seed, or the
+explicit arms of `study.arms` (counterfactual fraction, model size, seed); the table of agents and
+probes per split with mean ± std over seeds, the summary (issue keys with 95% intervals) and the
+figure by horizon (or, over weights or arm groups, of the milestone flag and agent success)."""
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from collections.abc import Mapping
 
 import ml_collections
 import numpy as np
 
 from experiments.reports import figure_grid, interval_cell, mean_std_cell
-from methods.base import Report, with_changes
+from methods.base import ConfigError, Report, with_changes
 
 PROBES = (
   ("next_state_id", "next-state id %"),
@@ -19,6 +22,10 @@ PROBES = (
   ("milestone_balanced_accuracy", "milestone bal. acc %"),
   ("segment_choice", "segment choice %"),
 )
+# the home-screen flag diagnostics (phases.home_flag_diagnostics), per tutorial context
+DIAGNOSTICS = (("flag_auc", "home flag AUC x100"), ("action_accuracy", "home action acc %"))
+DIAGNOSTIC_CONTEXTS = ("none", "retrieved", "gold")
+ARM_NAME = re.compile(r"^cf(\d+(?:\.\d+)?)_(small|large)_seed(\d+)$")
 CONTEXT_STYLE = {
   "none": "tab:gray",
   "retrieved": "tab:blue",
@@ -27,9 +34,41 @@ CONTEXT_STYLE = {
 }
 
 
+def explicit_arm(config: ml_collections.ConfigDict, name: str) -> ml_collections.ConfigDict:
+  """The arm `cf<fraction>_<small|large>_seed<seed>` of `study.arms`: `data.counterfactual_fraction`
+  = fraction, the config's own model (`small`) or `study.large` (width, depth, heads, steps), the
+  seed for world, data and model."""
+  match = ARM_NAME.match(name)
+  if match is None:
+    raise ConfigError(f"config.study.arms: {name!r} is not cf<fraction>_<small|large>_seed<seed>")
+  fraction, size, seed = float(match[1]), match[2], int(match[3])
+  if fraction > 1:
+    raise ConfigError(f"config.study.arms: {name!r} has a fraction above 1")
+  # an arm's config does not list its siblings: a finished arm stays finished when the list changes
+  changes = {"seed": seed, "world__world_seed": seed, "data__counterfactual_fraction": fraction}
+  changes["study__arms"] = ()
+  if size == "large":
+    large = config.study.large
+    changes.update(
+      model__width=large.width,
+      model__depth=large.depth,
+      model__num_heads=large.num_heads,
+      steps=large.steps,
+    )
+  return with_changes(config, **changes)
+
+
+def arm_group(name: str) -> str:
+  """`cf1_large_seed0` -> `cf1_large` (the arms a report pools over seeds)."""
+  return name.rsplit("_seed", 1)[0]
+
+
 def study_arms(config: ml_collections.ConfigDict):
   """One arm per seed (world, data, model); with `study.milestone_weights`, one per weight and seed,
-  named `w<weight>_seed<seed>`."""
+  named `w<weight>_seed<seed>`; with `study.arms`, exactly those (`explicit_arm`)."""
+  explicit = tuple(config.study.get("arms", ()))
+  if explicit:
+    return [(name, explicit_arm(config, name)) for name in explicit]
   weights = tuple(config.study.get("milestone_weights", ()))
   if not weights:
     return [
@@ -73,6 +112,11 @@ def _rows(config, results) -> list[dict]:
       row[f"sim@{e.horizon} {context} %"] = mean_std_cell([a[-1] for a in acc], 100)
       for key, label in PROBES:
         row[f"{label} {context}"] = mean_std_cell(_values(results, f"{key}_{context}_{split}"), 100)
+    for key, label in DIAGNOSTICS:
+      for context in DIAGNOSTIC_CONTEXTS:
+        values = _values(results, f"{key}_{context}_{split}")
+        if values:
+          row[f"{label} {context}"] = mean_std_cell(values, 100)
     rows.append(row)
   columns = sorted({c for row in rows for c in row}, key=lambda c: (c != "split", c))
   return [{c: row.get(c, "") for c in columns} for row in rows]
@@ -82,6 +126,8 @@ def _summary(config, results) -> dict:
   e = config.eval
   summary = {}
   keys = [f"success_{a}" for a in e.agents] + ["long_horizon_accuracy_gain"]
+  keys += [f"{k}_{c}" for k, _ in DIAGNOSTICS for c in DIAGNOSTIC_CONTEXTS]
+  keys += [f"{k}_{c}_{s}" for k, _ in DIAGNOSTICS for c in DIAGNOSTIC_CONTEXTS for s in e.splits]
   keys += [f"success_{a}_{s}" for a in e.agents for s in e.agent_splits]
   keys += [f"recall{k}_{q}" for k in (1, 5) for q in ("raw", "rewrite", "rewrite_rerank")]
   for key in keys:
@@ -103,7 +149,9 @@ def _summary(config, results) -> dict:
 
 def _notes(config, summary) -> str:
   lines = [f"{len(config.study.seeds)} seed(s); table cells are mean ± std over seeds."]
-  for key in ("success_rwom", "success_wm", "success_none", "long_horizon_accuracy_gain"):
+  keys = ("success_rwom", "success_wm", "success_none", "long_horizon_accuracy_gain")
+  keys += tuple(f"flag_auc_{c}" for c in DIAGNOSTIC_CONTEXTS)
+  for key in keys:
     if key in summary:
       lines.append(f"{key}: {interval_cell(summary[key], summary[key + '_ci95'])} (95% interval)")
   return "\n".join(lines)
@@ -177,32 +225,106 @@ def _figure(config, results, summary):
 def _weighted_report(config, results) -> Report:
   """Per milestone weight: the table rows (a `milestone weight` column), the summary keys with a
   `_w<weight>` suffix and the figure of milestone recognition and agent success by weight."""
-  rows, summary, notes, groups = [], {}, [], {}
+  groups = {}
   for w in config.study.milestone_weights:
     prefix = _weight_prefix(w)
     group = {k: v for k, v in results.items() if k.startswith(prefix)}
-    if not group:
-      continue
-    groups[float(w)] = group
-    rows += [{"milestone weight": f"{float(w):g}", **row} for row in _rows(config, group)]
+    if group:
+      groups[(f"{float(w):g}", prefix[:-1])] = group
+  report = _grouped_report(config, groups, "milestone weight")
+  names = {f"w = {label}": group for (label, _), group in groups.items()}
+  return dataclasses.replace(report, figures={"rwom_reward": _reward_figure(config, names)})
+
+
+def _arms_report(config, results) -> Report:
+  """Per arm group of `study.arms` (`cf<fraction>_<size>`): rows with an `arms` column, summary
+  keys with a `_<group>` suffix, and the figure of the home-screen flag AUC and agent success."""
+  groups = {}
+  for name in config.study.arms:
+    group = arm_group(name)
+    if name in results:
+      groups.setdefault((group, group), {})[name] = results[name]
+  report = _grouped_report(config, groups, "arms")
+  names = {label: group for (label, _), group in groups.items()}
+  figure = _counterfactual_figure(config, names)
+  return dataclasses.replace(report, figures={"rwom_counterfactual": figure})
+
+
+def _grouped_report(config, groups, column) -> Report:
+  rows, summary, notes = [], {}, []
+  for (label, suffix), group in groups.items():
+    rows += [{column: label, **row} for row in _rows(config, group)]
     part = _summary(config, group)
-    summary.update({f"{k}_{prefix[:-1]}": v for k, v in part.items()})
-    notes.append(f"milestone weight {float(w):g}: " + _notes(config, part).replace("\n", "; "))
-  return Report(
-    rows=rows,
-    summary=summary,
-    figures={"rwom_reward": _reward_figure(config, groups)},
-    notes="\n".join(notes),
-  )
+    summary.update({f"{k}_{suffix}": v for k, v in part.items()})
+    notes.append(f"{column} {label}: " + _notes(config, part).replace("\n", "; "))
+  return Report(rows=rows, summary=summary, figures={}, notes="\n".join(notes))
+
+
+def _counterfactual_figure(config, groups):
+  """Home-screen flag AUC per tutorial context, and agent success, by arm group (novel + updated)."""
+  e = config.eval
+  test_splits = [s for s in e.splits if s != "seen"] or list(e.splits)
+  fig, axes = figure_grid(1, 2, figsize=(12, 3.8))
+  ax = axes[0, 0]
+  colors = {"none": "tab:gray", "retrieved": "tab:blue", "gold": "tab:green"}
+  for j, context in enumerate(DIAGNOSTIC_CONTEXTS):
+    cells = [
+      _interval(
+        [np.mean([arm[f"flag_auc_{context}_{s}"] for s in test_splits]) for arm in group.values()]
+      )
+      for group in groups.values()
+    ]
+    means, halves = (np.asarray(v) for v in zip(*cells, strict=True))
+    ax.bar(
+      np.arange(len(groups)) + 0.27 * j,
+      means,
+      0.27,
+      yerr=halves,
+      color=colors[context],
+      label=f"tutorials: {context}",
+    )
+  ax.set_xticks(np.arange(len(groups)) + 0.27, list(groups))
+  ax.set_ylim(0.3, 1.0)
+  ax.axhline(0.5, color="k", lw=0.5)
+  ax.set_ylabel("flag AUC, right vs wrong top menu at home")
+  ax.set_title("milestone flag where the tutorial decides it")
+  ax.legend(fontsize=8)
+  _success_bars(axes[0, 1], config, groups)
+  fig.tight_layout()
+  return fig
+
+
+def _success_bars(ax, config, groups):
+  e = config.eval
+  width = 0.8 / len(e.agents)
+  for i, agent in enumerate(e.agents):
+    cells = [
+      _interval(
+        [np.mean([arm[f"success_{agent}_{s}"] for s in e.agent_splits]) for arm in group.values()]
+      )
+      for group in groups.values()
+    ]
+    means, halves = (np.asarray(v) for v in zip(*cells, strict=True))
+    ax.bar(
+      np.arange(len(groups)) + i * width,
+      100 * means,
+      width,
+      yerr=100 * halves,
+      label=agent,
+    )
+  ax.set_xticks(np.arange(len(groups)) + 0.4 - width / 2, list(groups))
+  ax.set_ylabel("task success (%), novel + updated")
+  ax.set_title("agents (95% interval over seeds)")
+  ax.legend(fontsize=7, ncol=2)
 
 
 def _reward_figure(config, groups):
-  """Milestone balanced accuracy with and without tutorials, and agent success, by weight."""
+  """Milestone balanced accuracy with and without tutorials, and agent success, by weight (`groups`:
+  label -> arms)."""
   e = config.eval
   test_splits = [s for s in e.splits if s != "seen"] or list(e.splits)
   fig, axes = figure_grid(1, 2, figsize=(11, 3.8))
   ax = axes[0, 0]
-  names = [f"w = {w:g}" for w in groups]
   for j, context in enumerate(("none", "retrieved")):
     cells = [
       _interval(
@@ -222,38 +344,20 @@ def _reward_figure(config, groups):
       color=CONTEXT_STYLE[context],
       label=f"tutorials: {context}",
     )
-  ax.set_xticks(np.arange(len(groups)) + 0.2, names)
+  ax.set_xticks(np.arange(len(groups)) + 0.2, list(groups))
   ax.set_ylim(40, 100)
   ax.axhline(50, color="k", lw=0.5)
   ax.set_ylabel("milestone balanced accuracy (%)")
   ax.set_title("milestone flag, novel + updated apps")
   ax.legend(fontsize=8)
-  ax = axes[0, 1]
-  width = 0.8 / len(e.agents)
-  for i, agent in enumerate(e.agents):
-    cells = [
-      _interval(
-        [np.mean([arm[f"success_{agent}_{s}"] for s in e.agent_splits]) for arm in group.values()]
-      )
-      for group in groups.values()
-    ]
-    means, halves = (np.asarray(v) for v in zip(*cells, strict=True))
-    ax.bar(
-      np.arange(len(groups)) + i * width,
-      100 * means,
-      width,
-      yerr=100 * halves,
-      label=agent,
-    )
-  ax.set_xticks(np.arange(len(groups)) + 0.4 - width / 2, names)
-  ax.set_ylabel("task success (%), novel + updated")
-  ax.set_title("agents by milestone weight (95% interval over seeds)")
-  ax.legend(fontsize=7, ncol=2)
+  _success_bars(axes[0, 1], config, groups)
   fig.tight_layout()
   return fig
 
 
 def report(config, results: Mapping[str, Mapping]) -> Report:
+  if config.study.get("arms", ()):
+    return _arms_report(config, results)
   if config.study.get("milestone_weights", ()):
     return _weighted_report(config, results)
   summary = _summary(config, results)
