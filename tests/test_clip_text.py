@@ -9,8 +9,8 @@ with its last hidden states on fixed ids.
 """
 
 import json
-import pathlib
 
+import fixture_files
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -19,19 +19,15 @@ import pytest
 from core.data.clip_tokenizer import CLIPTokenizer
 from core.nn import clip_text
 
-FIXTURE = pathlib.Path(__file__).with_name("fixtures") / "clip_text.npz"
-PREFIX = "state_dict."
-
 
 @pytest.fixture(scope="module")
 def arrays():
-  with np.load(FIXTURE, allow_pickle=False) as archive:
-    return {name: archive[name] for name in archive.files}
+  return fixture_files.arrays("clip_text")
 
 
 @pytest.fixture(scope="module")
 def state_dict(arrays):
-  return {k[len(PREFIX) :]: v for k, v in arrays.items() if k.startswith(PREFIX)}
+  return fixture_files.state_dict(arrays)
 
 
 @pytest.fixture(scope="module")

@@ -7,8 +7,8 @@ and its text features on fixed ids.
 """
 
 import json
-import pathlib
 
+import fixture_files
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -16,19 +16,15 @@ import pytest
 
 from core.nn import clip_text, clip_vision
 
-FIXTURE = pathlib.Path(__file__).with_name("fixtures") / "clip_vision.npz"
-PREFIX = "state_dict."
-
 
 @pytest.fixture(scope="module")
 def arrays():
-  with np.load(FIXTURE, allow_pickle=False) as archive:
-    return {name: archive[name] for name in archive.files}
+  return fixture_files.arrays("clip_vision")
 
 
 @pytest.fixture(scope="module")
 def state_dict(arrays):
-  return {k[len(PREFIX) :]: v for k, v in arrays.items() if k.startswith(PREFIX)}
+  return fixture_files.state_dict(arrays)
 
 
 def _text_config():

@@ -5,8 +5,8 @@ Flow2GAN's token conditioning ("Flow2GAN", ICLR 2026), and a tiny transformers `
 
 import functools
 import importlib
-import os
 
+import fixture_files
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -17,7 +17,6 @@ from core.nn import codec, encodec_convert
 
 tokens = importlib.import_module("methods.flow2gan.tokens")
 phases = importlib.import_module("methods.flow2gan.phases")
-FIXTURE = os.path.join(os.path.dirname(__file__), "fixtures", "encodec.npz")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -152,9 +151,8 @@ def test_codec_phase_initialises_codebooks_and_lowers_its_loss():
 
 @functools.lru_cache(maxsize=1)
 def fixture():
-  with np.load(FIXTURE) as f:
-    arrays = {k: f[k] for k in f.files}
-  state_dict = {k.removeprefix("sd/"): v for k, v in arrays.items() if k.startswith("sd/")}
+  arrays = fixture_files.arrays("encodec")
+  state_dict = fixture_files.state_dict(arrays, "sd/")
   return arrays, state_dict
 
 

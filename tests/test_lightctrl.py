@@ -8,6 +8,7 @@ import math
 import re
 
 import chex
+import fixture_files
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -438,11 +439,8 @@ def write_tiny_paper_files(root) -> dict[str, str]:
   offsets = {k: 0.01 * rng.normal(size=v.shape).astype(np.float32) for k, v in unet.items()}
   offsets["conv_in.weight"] = 0.1 * rng.normal(size=(32, 8, 3, 3)).astype(np.float32)
 
-  with np.load("tests/fixtures/sd_vae.npz", allow_pickle=False) as archive:
-    vae = {
-      k[len("state_dict.") :]: archive[k] for k in archive.files if k.startswith("state_dict.")
-    }
-    vae_json = json.loads(str(archive["config_json"]))
+  vae_arrays = fixture_files.arrays("sd_vae")
+  vae, vae_json = fixture_files.state_dict(vae_arrays), json.loads(str(vae_arrays["config_json"]))
   ids = jnp.zeros((1, text_config.max_position_embeddings), jnp.int32)
   text_shapes = param_shapes(
     jax.eval_shape(clip_text.CLIPTextModel(text_config).init, jax.random.key(0), ids)

@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import tiny_qwen
 
 from configs import marc as marc_config
 from core import grpo, token_merge
@@ -333,72 +334,10 @@ def test_bad_fields_are_named(field, value, message):
 # Paper scale: a TINY random Qwen2.5-VL checkpoint of the released layout
 # ---------------------------------------------------------------------------------------------------
 
-TINY_QWEN = {  # the flat config.json of the released checkpoints, at a tiny size
-  "model_type": "qwen2_5_vl",
-  "vocab_size": 64,
-  "hidden_size": 32,
-  "intermediate_size": 48,
-  "num_hidden_layers": 2,
-  "num_attention_heads": 2,
-  "num_key_value_heads": 1,
-  "rms_norm_eps": 1e-6,
-  "rope_theta": 1e6,
-  "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]},
-  "tie_word_embeddings": True,
-  "eos_token_id": 59,
-  "vision_start_token_id": 60,
-  "vision_end_token_id": 61,
-  "video_token_id": 62,
-  "image_token_id": 63,
-  "vision_config": {
-    "depth": 2,
-    "hidden_size": 16,
-    "intermediate_size": 24,
-    "num_heads": 2,
-    "in_chans": 3,
-    "out_hidden_size": 32,
-    "patch_size": 14,
-    "spatial_merge_size": 2,
-    "temporal_patch_size": 2,
-    "window_size": 56,
-    "fullatt_block_indexes": [1],
-    "tokens_per_second": 2,
-  },
-}
 
-
-def write_tiny_qwen(folder):
-  """config.json + model.safetensors of random weights under the released key names."""
-  import json
-
-  from safetensors.numpy import save_file
-
-  from core.nn import qwen_vl_convert
-
-  qvl = vlm_lib.QwenVL.from_hf_config(TINY_QWEN)
-  rng = np.random.default_rng(0)
-  state = {}
-  for key, shape in qwen_vl_convert.checkpoint_shapes(qvl.decoder, qvl.tower).items():
-    scale = 0.3 if len(shape) > 1 else 0.1
-    state[key] = (rng.normal(0, scale, shape) + ("norm" in key or "ln_q" in key)).astype(np.float32)
-  save_file(state, str(folder / "model.safetensors"))
-  (folder / "config.json").write_text(json.dumps(TINY_QWEN))
-  return state
-
-
-def write_video(path, frames: int = 6, size=(56, 84)):
-  av = pytest.importorskip("av")
-  with av.open(str(path), "w") as container:
-    stream = container.add_stream("mpeg4", rate=2)
-    stream.height, stream.width = size
-    stream.pix_fmt = "yuv420p"
-    rng = np.random.default_rng(1)
-    for i in range(frames):
-      image = np.clip(rng.normal(40 * i, 30, (*size, 3)), 0, 255).astype(np.uint8)
-      for packet in stream.encode(av.VideoFrame.from_ndarray(image, format="rgb24")):
-        container.mux(packet)
-    for packet in stream.encode():
-      container.mux(packet)
+def write_tiny_qwen(folder) -> dict:
+  """A tiny random Qwen2.5-VL checkpoint of the released layout (`tests/tiny_qwen.py`)."""
+  return tiny_qwen.write_checkpoint(folder, tiny_qwen.config())
 
 
 def test_gpu_variant_names_its_weights_then_its_data(tmp_path):
@@ -421,7 +360,7 @@ def test_gpu_variant_names_its_weights_then_its_data(tmp_path):
 def test_gpu_path_answers_a_video_as_teacher_and_merged_student(tmp_path):
   from methods.marc import paper_scale
 
-  write_video(tmp_path / "clip.mp4")
+  tiny_qwen.write_video(tmp_path / "clip.mp4")
   write_tiny_qwen(tmp_path)
   config = marc_config.get_config("gpu")
   config.model.checkpoint = str(tmp_path)
@@ -447,7 +386,7 @@ def test_gpu_path_answers_a_video_as_teacher_and_merged_student(tmp_path):
 def test_gpu_path_takes_a_cgrpo_step_on_the_merged_student(tmp_path):
   from methods.marc import paper_scale
 
-  write_video(tmp_path / "clip.mp4")
+  tiny_qwen.write_video(tmp_path / "clip.mp4")
   write_tiny_qwen(tmp_path)
   config = marc_config.get_config("gpu")
   config.model.checkpoint = str(tmp_path)

@@ -10,6 +10,7 @@ import pathlib
 import jax
 import numpy as np
 import pytest
+import tiny_qwen
 
 from configs import marc as marc_config
 from core.data import tokenizers
@@ -60,75 +61,12 @@ def tokenizer_payload() -> dict:
   }
 
 
-def tiny_qwen_config(ids: dict) -> dict:
-  return {
-    "model_type": "qwen2_5_vl",
-    "vocab_size": max(ids.values()) + 1,
-    "hidden_size": 32,
-    "intermediate_size": 48,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 2,
-    "num_key_value_heads": 1,
-    "rms_norm_eps": 1e-6,
-    "rope_theta": 1e6,
-    "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]},
-    "tie_word_embeddings": True,
-    "eos_token_id": ids["<|im_end|>"],
-    "vision_start_token_id": ids["<|vision_start|>"],
-    "vision_end_token_id": ids["<|vision_end|>"],
-    "video_token_id": ids["<|video_pad|>"],
-    "image_token_id": ids["<|image_pad|>"],
-    "vision_config": {
-      "depth": 2,
-      "hidden_size": 16,
-      "intermediate_size": 24,
-      "num_heads": 2,
-      "in_chans": 3,
-      "out_hidden_size": 32,
-      "patch_size": 14,
-      "spatial_merge_size": 2,
-      "temporal_patch_size": 2,
-      "window_size": 56,
-      "fullatt_block_indexes": [1],
-      "tokens_per_second": 2,
-    },
-  }
-
-
 def write_checkpoint(folder):
   """config.json, model.safetensors (random, the released key names) and tokenizer.json."""
-  from safetensors.numpy import save_file
-
-  from core.nn import qwen_vl_convert
-  from core.nn import vlm as vlm_lib
-
   payload = tokenizer_payload()
   ids = {t["content"]: t["id"] for t in payload["added_tokens"]}
-  hf_config = tiny_qwen_config(ids)
-  qvl = vlm_lib.QwenVL.from_hf_config(hf_config)
-  rng = np.random.default_rng(0)
-  state = {}
-  for key, shape in qwen_vl_convert.checkpoint_shapes(qvl.decoder, qvl.tower).items():
-    scale = 0.3 if len(shape) > 1 else 0.1
-    state[key] = (rng.normal(0, scale, shape) + ("norm" in key or "ln_q" in key)).astype(np.float32)
-  save_file(state, str(folder / "model.safetensors"))
-  (folder / "config.json").write_text(json.dumps(hf_config))
+  tiny_qwen.write_checkpoint(folder, tiny_qwen.config(ids))
   (folder / "tokenizer.json").write_text(json.dumps(payload))
-
-
-def write_video(path, frames: int = 6, size=(56, 84), seed: int = 1):
-  av = pytest.importorskip("av")
-  with av.open(str(path), "w") as container:
-    stream = container.add_stream("mpeg4", rate=2)
-    stream.height, stream.width = size
-    stream.pix_fmt = "yuv420p"
-    rng = np.random.default_rng(seed)
-    for i in range(frames):
-      image = np.clip(rng.normal(40 * i, 30, (*size, 3)), 0, 255).astype(np.uint8)
-      for packet in stream.encode(av.VideoFrame.from_ndarray(image, format="rgb24")):
-        container.mux(packet)
-    for packet in stream.encode():
-      container.mux(packet)
 
 
 def qa_entries() -> list[dict]:
@@ -170,8 +108,8 @@ def write_video_r1(folder, videos: bool = True):
   (folder / "videos").mkdir(parents=True, exist_ok=True)
   (folder / "Video-R1-260k.json").write_text(json.dumps(qa_entries()))
   if videos:
-    write_video(folder / "videos" / "a.mp4", seed=1)
-    write_video(folder / "videos" / "b.mp4", seed=2)
+    tiny_qwen.write_video(folder / "videos" / "a.mp4", seed=1)
+    tiny_qwen.write_video(folder / "videos" / "b.mp4", seed=2)
 
 
 def tiny_config(checkpoint, data_dir):

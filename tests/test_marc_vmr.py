@@ -3,8 +3,8 @@ the transformers layout of `fixtures/clip_vision.npz` and the tiny vocabulary of
 `fixtures/clip_text.npz`, written to a checkpoint folder as a released `CLIPModel` is."""
 
 import json
-import pathlib
 
+import fixture_files
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -13,21 +13,15 @@ from safetensors.numpy import save_file
 from methods.base import ConfigError
 from methods.marc import paper_vmr
 
-FIXTURES = pathlib.Path(__file__).with_name("fixtures")
-
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
   path = tmp_path_factory.mktemp("clip")
-  with np.load(FIXTURES / "clip_vision.npz") as archive:
-    state = {
-      k[len("state_dict.") :]: archive[k] for k in archive.files if k.startswith("state_dict.")
-    }
-    (path / "config.json").write_text(str(archive["config_json"]))
-  with np.load(FIXTURES / "clip_text.npz") as archive:
-    (path / "vocab.json").write_text(str(archive["vocab_json"]), encoding="utf-8")
-    (path / "merges.txt").write_text(str(archive["merges_txt"]), encoding="utf-8")
-  save_file(state, str(path / "model.safetensors"))
+  vision, text = fixture_files.arrays("clip_vision"), fixture_files.arrays("clip_text")
+  (path / "config.json").write_text(str(vision["config_json"]))
+  (path / "vocab.json").write_text(str(text["vocab_json"]), encoding="utf-8")
+  (path / "merges.txt").write_text(str(text["merges_txt"]), encoding="utf-8")
+  save_file(fixture_files.state_dict(vision), str(path / "model.safetensors"))
   return path
 
 
@@ -43,8 +37,8 @@ def _two_scene_video(seed=0, frames=8, cut=4):
 
 
 def test_loaded_checkpoint_matches_transformers(retriever):
-  with np.load(FIXTURES / "clip_vision.npz") as archive:
-    pixels, want = archive["pixels"].transpose(0, 2, 3, 1), archive["image_features"]
+  vision = fixture_files.arrays("clip_vision")
+  pixels, want = vision["pixels"].transpose(0, 2, 3, 1), vision["image_features"]
   got = retriever.vision.apply(retriever.vision_params, jnp.asarray(pixels))
   np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-4)
   q = paper_vmr.question_embedding(retriever, ["a photo of a cat", "lighting " * 90])

@@ -5,8 +5,8 @@ decoding against one teacher-forced forward, and errors that name the key."""
 
 import functools
 import json
-import os
 
+import fixture_files
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -18,14 +18,11 @@ from core.nn import qwen_vl_convert as qc
 from core.nn.convert import CheckpointError
 from core.nn.transformer import Transformer, rope
 
-FIXTURE = os.path.join(os.path.dirname(__file__), "fixtures", "qwen_vl.npz")
-
 
 @pytest.fixture(scope="module")
 def fixture():
-  with np.load(FIXTURE) as data:
-    arrays = {k: data[k] for k in data.files}
-  state = {k[3:]: v for k, v in arrays.items() if k.startswith("sd/")}
+  arrays = fixture_files.arrays("qwen_vl")
+  state = fixture_files.state_dict(arrays, "sd/")
   return arrays, state, json.loads(str(arrays["config"]))
 
 

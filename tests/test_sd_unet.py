@@ -11,20 +11,20 @@ import dataclasses
 import functools
 import json
 
+import fixture_files
 import jax
 import numpy as np
 import pytest
 
 from core.nn import sd_unet, sd_unet_convert
-from core.nn.convert import CheckpointError, read_npz
+from core.nn.convert import CheckpointError
 
-FIXTURES = "tests/fixtures"
 ATOL = 1e-4
 
 
 def _fixture(name):
-  arrays = read_npz(f"{FIXTURES}/{name}.npz")
-  sub = lambda prefix: {k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix)}
+  arrays = fixture_files.arrays(name)
+  sub = functools.partial(fixture_files.state_dict, arrays)
   return arrays, sub
 
 

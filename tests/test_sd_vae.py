@@ -8,8 +8,8 @@ network must give the same outputs.
 
 import dataclasses
 import json
-import pathlib
 
+import fixture_files
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -17,16 +17,13 @@ import pytest
 
 from core.nn import sd_vae
 
-FIXTURE = pathlib.Path(__file__).with_name("fixtures") / "sd_vae.npz"
 ATOL = 1e-4
 
 
 @pytest.fixture(scope="module")
 def fixture():
-  with np.load(FIXTURE, allow_pickle=False) as archive:
-    arrays = {name: archive[name] for name in archive.files}
-  prefix = "state_dict."
-  state_dict = {k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix)}
+  arrays = fixture_files.arrays("sd_vae")
+  state_dict = fixture_files.state_dict(arrays)
   config = sd_vae.VAEConfig.from_diffusers(json.loads(str(arrays["config_json"])))
   return state_dict, config, arrays
 
