@@ -59,30 +59,47 @@ __all__ = [
 ]
 
 
+MODEL_TYPES = ("llama", "qwen2", "qwen2_5_vl", "qwen2_5_vl_text")
+
+
 def transformer_settings(hf_config: Mapping) -> dict:
-  """`Transformer` keyword arguments for a Hugging Face Llama or Qwen2 `config.json` (a dict)."""
-  for key in ("rope_scaling", "attention_bias", "mlp_bias"):
-    if hf_config.get(key):
-      raise CheckpointError(f"config.json: {key}={hf_config[key]!r} is not supported")
-  rope = hf_config.get("rope_parameters") or {}  # transformers 5 nests rope_theta here
-  if rope.get("rope_type", "default") != "default":
-    raise CheckpointError(f"config.json: rope_parameters={rope!r} is not supported")
+  """`Transformer` keyword arguments for a Hugging Face Llama, Qwen2 or Qwen2.5-VL `config.json` (a
+  dict; Qwen2.5-VL's text model, flat as released or under transformers 5's `text_config`, with
+  M-RoPE's `mrope_section`)."""
   model_type = hf_config.get("model_type", "llama")
-  if model_type not in ("llama", "qwen2"):
-    raise CheckpointError(f"config.json: model_type {model_type!r} is not 'llama' or 'qwen2'")
-  return dict(
-    vocab_size=hf_config["vocab_size"],
-    width=hf_config["hidden_size"],
-    depth=hf_config["num_hidden_layers"],
-    num_heads=hf_config["num_attention_heads"],
-    num_kv_heads=hf_config.get("num_key_value_heads", hf_config["num_attention_heads"]),
+  if model_type not in MODEL_TYPES:
+    raise CheckpointError(f"config.json: model_type {model_type!r} is not one of {MODEL_TYPES}")
+  multimodal = model_type in ("qwen2_5_vl", "qwen2_5_vl_text")
+  text = {**hf_config, **(hf_config.get("text_config") or {})}
+  rope = {**(text.get("rope_scaling") or {}), **(text.get("rope_parameters") or {})}
+  rope_type = rope.get("rope_type", rope.get("type", "default"))  # transformers 5 nests rope_theta
+  if rope_type not in (("default", "mrope") if multimodal else ("default",)):
+    raise CheckpointError(
+      f"config.json: rope_scaling / rope_parameters type {rope_type!r} is not supported"
+    )
+  for key in ("attention_bias", "mlp_bias", "use_sliding_window"):
+    if text.get(key):
+      raise CheckpointError(f"config.json: {key}={text[key]!r} is not supported")
+  if text.get("hidden_act", "silu") != "silu":
+    raise CheckpointError(f"config.json: hidden_act {text['hidden_act']!r} is not 'silu'")
+  settings = dict(
+    vocab_size=text["vocab_size"],
+    width=text["hidden_size"],
+    depth=text["num_hidden_layers"],
+    num_heads=text["num_attention_heads"],
+    num_kv_heads=text.get("num_key_value_heads", text["num_attention_heads"]),
     mlp="swiglu",
-    mlp_hidden=hf_config["intermediate_size"],
-    tie_embeddings=bool(hf_config.get("tie_word_embeddings", False)),
-    rope_base=float(hf_config.get("rope_theta", rope.get("rope_theta", 10_000.0))),
-    norm_eps=float(hf_config.get("rms_norm_eps", 1e-6)),
-    attention_bias=model_type == "qwen2",
+    mlp_hidden=text["intermediate_size"],
+    tie_embeddings=bool(
+      hf_config.get("tie_word_embeddings", text.get("tie_word_embeddings", False))
+    ),
+    rope_base=float(text.get("rope_theta", rope.get("rope_theta", 1e6 if multimodal else 1e4))),
+    norm_eps=float(text.get("rms_norm_eps", 1e-6)),
+    attention_bias=model_type != "llama",
   )
+  if multimodal:
+    settings["mrope_section"] = tuple(rope.get("mrope_section", (16, 24, 24)))
+  return settings
 
 
 def llama_to_flax(state_dict: Mapping[str, np.ndarray], model: Transformer) -> dict:

@@ -39,7 +39,7 @@ import numpy as np
 
 from core.nn import qwen_vision
 from core.nn.convert import CheckpointError, Rule, apply_rules, linear, param_shapes
-from core.nn.hf_convert import decoder_rules, decoder_shapes, read_safetensors
+from core.nn.hf_convert import decoder_rules, decoder_shapes, read_safetensors, transformer_settings
 from core.nn.transformer import Transformer
 
 SPECIAL_IDS = ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")
@@ -47,35 +47,12 @@ SPECIAL_IDS = ("image_token_id", "video_token_id", "vision_start_token_id", "vis
 
 def text_settings(hf_config: Mapping) -> dict:
   """`Transformer` keyword arguments of a Qwen2.5-VL `config.json` (flat released layout, or
-  transformers 5.x's with a `text_config`)."""
+  transformers 5.x's with a `text_config`): `hf_convert.transformer_settings` with M-RoPE."""
   if hf_config.get("model_type") not in ("qwen2_5_vl", "qwen2_5_vl_text"):
     raise CheckpointError(
       f"config.json: model_type {hf_config.get('model_type')!r} is not 'qwen2_5_vl'"
     )
-  text = {**hf_config, **(hf_config.get("text_config") or {})}
-  rope = {**(text.get("rope_scaling") or {}), **(text.get("rope_parameters") or {})}
-  if rope.get("rope_type", rope.get("type", "default")) not in ("default", "mrope"):
-    raise CheckpointError(f"config.json: rope type {rope.get('rope_type', rope.get('type'))!r}")
-  if text.get("use_sliding_window"):
-    raise CheckpointError("config.json: use_sliding_window=true is not supported")
-  if text.get("hidden_act", "silu") != "silu":
-    raise CheckpointError(f"config.json: hidden_act {text['hidden_act']!r} is not 'silu'")
-  return dict(
-    vocab_size=text["vocab_size"],
-    width=text["hidden_size"],
-    depth=text["num_hidden_layers"],
-    num_heads=text["num_attention_heads"],
-    num_kv_heads=text.get("num_key_value_heads", text["num_attention_heads"]),
-    mlp="swiglu",
-    mlp_hidden=text["intermediate_size"],
-    tie_embeddings=bool(
-      hf_config.get("tie_word_embeddings", text.get("tie_word_embeddings", False))
-    ),
-    rope_base=float(rope.get("rope_theta", text.get("rope_theta", 1_000_000.0))),
-    norm_eps=float(text.get("rms_norm_eps", 1e-6)),
-    attention_bias=True,
-    mrope_section=tuple(rope.get("mrope_section", (16, 24, 24))),
-  )
+  return transformer_settings(hf_config)
 
 
 def vision_settings(hf_config: Mapping) -> qwen_vision.VisionConfig:
