@@ -260,6 +260,22 @@ def _grouped_report(config, groups, column) -> Report:
   return Report(rows=rows, summary=summary, figures={}, notes="\n".join(notes))
 
 
+def _interval_bars(ax, groups, series, scale: float = 1.0) -> None:
+  """One bar per (group, series) with its 95% interval over the group's arms (seeds): `series` maps a
+  label to `(metric prefix, splits, colour)`, the arm's value the mean of `<prefix>_<split>` over the
+  splits; groups along x, series side by side within 0.8 of a slot."""
+  width = 0.8 / len(series)
+  for i, (label, (prefix, splits, color)) in enumerate(series.items()):
+    cells = [
+      _interval([np.mean([arm[f"{prefix}_{s}"] for s in splits]) for arm in group.values()])
+      for group in groups.values()
+    ]
+    means, halves = (np.asarray(v) for v in zip(*cells, strict=True))
+    x = np.arange(len(groups)) + i * width
+    ax.bar(x, scale * means, width, yerr=scale * halves, color=color, label=label)
+  ax.set_xticks(np.arange(len(groups)) + 0.4 - width / 2, list(groups))
+
+
 def _counterfactual_figure(config, groups):
   """Home-screen flag AUC per tutorial context, and agent success, by arm group (novel + updated)."""
   e = config.eval
@@ -267,23 +283,11 @@ def _counterfactual_figure(config, groups):
   fig, axes = figure_grid(1, 2, figsize=(12, 3.8))
   ax = axes[0, 0]
   colors = {"none": "tab:gray", "retrieved": "tab:blue", "gold": "tab:green"}
-  for j, context in enumerate(DIAGNOSTIC_CONTEXTS):
-    cells = [
-      _interval(
-        [np.mean([arm[f"flag_auc_{context}_{s}"] for s in test_splits]) for arm in group.values()]
-      )
-      for group in groups.values()
-    ]
-    means, halves = (np.asarray(v) for v in zip(*cells, strict=True))
-    ax.bar(
-      np.arange(len(groups)) + 0.27 * j,
-      means,
-      0.27,
-      yerr=halves,
-      color=colors[context],
-      label=f"tutorials: {context}",
-    )
-  ax.set_xticks(np.arange(len(groups)) + 0.27, list(groups))
+  _interval_bars(
+    ax,
+    groups,
+    {f"tutorials: {c}": (f"flag_auc_{c}", test_splits, colors[c]) for c in DIAGNOSTIC_CONTEXTS},
+  )
   ax.set_ylim(0.3, 1.0)
   ax.axhline(0.5, color="k", lw=0.5)
   ax.set_ylabel("flag AUC, right vs wrong top menu at home")
@@ -296,23 +300,8 @@ def _counterfactual_figure(config, groups):
 
 def _success_bars(ax, config, groups):
   e = config.eval
-  width = 0.8 / len(e.agents)
-  for i, agent in enumerate(e.agents):
-    cells = [
-      _interval(
-        [np.mean([arm[f"success_{agent}_{s}"] for s in e.agent_splits]) for arm in group.values()]
-      )
-      for group in groups.values()
-    ]
-    means, halves = (np.asarray(v) for v in zip(*cells, strict=True))
-    ax.bar(
-      np.arange(len(groups)) + i * width,
-      100 * means,
-      width,
-      yerr=100 * halves,
-      label=agent,
-    )
-  ax.set_xticks(np.arange(len(groups)) + 0.4 - width / 2, list(groups))
+  series = {agent: (f"success_{agent}", e.agent_splits, None) for agent in e.agents}
+  _interval_bars(ax, groups, series, scale=100)
   ax.set_ylabel("task success (%), novel + updated")
   ax.set_title("agents (95% interval over seeds)")
   ax.legend(fontsize=7, ncol=2)
@@ -325,26 +314,11 @@ def _reward_figure(config, groups):
   test_splits = [s for s in e.splits if s != "seen"] or list(e.splits)
   fig, axes = figure_grid(1, 2, figsize=(11, 3.8))
   ax = axes[0, 0]
-  for j, context in enumerate(("none", "retrieved")):
-    cells = [
-      _interval(
-        [
-          np.mean([arm[f"milestone_balanced_accuracy_{context}_{s}"] for s in test_splits])
-          for arm in group.values()
-        ]
-      )
-      for group in groups.values()
-    ]
-    means, halves = (np.asarray(v) for v in zip(*cells, strict=True))
-    ax.bar(
-      np.arange(len(groups)) + 0.4 * j,
-      100 * means,
-      0.4,
-      yerr=100 * halves,
-      color=CONTEXT_STYLE[context],
-      label=f"tutorials: {context}",
-    )
-  ax.set_xticks(np.arange(len(groups)) + 0.2, list(groups))
+  series = {
+    f"tutorials: {c}": (f"milestone_balanced_accuracy_{c}", test_splits, CONTEXT_STYLE[c])
+    for c in ("none", "retrieved")
+  }
+  _interval_bars(ax, groups, series, scale=100)
   ax.set_ylim(40, 100)
   ax.axhline(50, color="k", lw=0.5)
   ax.set_ylabel("milestone balanced accuracy (%)")
