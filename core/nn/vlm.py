@@ -184,19 +184,32 @@ def prefill(vlm: VLM, params, frames: Frames, question, question_length, max_new
   """`(next-token logits [B, V], cache, prompt_lengths [B])` after reading the prompts."""
   visual, count = vlm.visual_embeddings(params, frames)
   tokens, embeddings, at, prompt_lengths = layout(vlm, visual, count, question, question_length)
+  logits, cache = prefill_decoder(
+    vlm.decoder, params["decoder"], tokens, embeddings, at, prompt_lengths, max_new_tokens
+  )
+  return logits, cache, prompt_lengths
+
+
+def prefill_decoder(
+  decoder, params, tokens, embeddings, at, prompt_lengths, max_new_tokens, rope_positions=None
+):
+  """`(next-token logits [B, V], cache)` after one causal pass over right-padded prompts `tokens
+  [B, L]` whose slots `at` take `embeddings`; only each row's last prompt position is projected to
+  the vocabulary. The cache has room for `max_new_tokens` more."""
   batch, length = tokens.shape
   positions = jnp.arange(length, dtype=jnp.int32)[None]
-  out = vlm.decoder.apply(
-    params["decoder"],
+  out = decoder.apply(
+    params,
     tokens,
     embeddings,
     embeddings_at=at,
     positions=positions,
+    rope_positions=rope_positions,
     mask=attention.causal_mask(q_positions=positions),
-    cache=init_cache(vlm.decoder, batch, length + max_new_tokens),
+    cache=init_cache(decoder, batch, length + max_new_tokens),
+    logits_at=(jnp.asarray(prompt_lengths) - 1)[:, None],
   )
-  last = (prompt_lengths - 1)[:, None, None]
-  return jnp.take_along_axis(out.logits, last, 1)[:, 0], out.cache, prompt_lengths
+  return out.logits[:, 0], out.cache
 
 
 def generate(
@@ -310,20 +323,9 @@ def qwen_prefill(qvl: QwenVL, params, tokens, prompt_lengths, visual, rope, max_
   at M-RoPE ids `rope [3, B, L]` (`QwenVL.positions`)."""
   at = tokens == qvl.video_id
   embeddings = qwen_embeddings(visual, at)
-  batch, length = tokens.shape
-  positions = jnp.arange(length, dtype=jnp.int32)[None]
-  out = qvl.decoder.apply(
-    params["decoder"],
-    tokens,
-    embeddings,
-    embeddings_at=at,
-    positions=positions,
-    rope_positions=rope,
-    mask=attention.causal_mask(q_positions=positions),
-    cache=init_cache(qvl.decoder, batch, length + max_new_tokens),
-    logits_at=(jnp.asarray(prompt_lengths) - 1)[:, None],
+  return prefill_decoder(
+    qvl.decoder, params["decoder"], tokens, embeddings, at, prompt_lengths, max_new_tokens, rope
   )
-  return out.logits[:, 0], out.cache
 
 
 @dataclasses.dataclass(frozen=True)
