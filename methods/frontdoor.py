@@ -37,7 +37,6 @@ import numpy as np
 from core.causal import backdoor
 from core.causal import frontdoor as fd
 from core.data import frontdoor as dgp
-from experiments.reports import figure_grid, interval_cell
 from kernels.timing import median_seconds
 from methods.base import (
   Method,
@@ -48,6 +47,7 @@ from methods.base import (
   require_positive_int,
   with_changes,
 )
+from methods.reports import figure_grid, interval_cell
 
 LEARNERS = ("plugin", "dr", "r", "backdoor")
 EXTERNAL = ("econml", "doubleml", "fdcate")

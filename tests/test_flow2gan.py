@@ -21,7 +21,7 @@ from methods.base import ConfigError
 from methods.flow2gan import study
 
 phases = importlib.import_module("methods.flow2gan.phases")
-examples = importlib.import_module("methods.flow2gan.examples")
+examples = importlib.import_module("experiments.flow2gan_examples")
 
 
 def tiny_config():
@@ -460,7 +460,7 @@ def test_tiny_run_through_the_loop_writes_the_headline_keys(tiny_run):
   assert summary.step_traces == {"flow": 1, "gan_1step": 1, "benchmark": 0}
   assert (workdir / "spectrograms.png").exists()
   names = {p.name for p in (workdir / "examples").iterdir()}
-  n = examples.WAV_EXAMPLES
+  n = phases.WAV_EXAMPLES
   for generator in ("reference", "fm_1step", "fm_2step", "gan_1step"):
     assert {f"{generator}_{i}.wav" for i in range(n)} <= names
   reference, rate = wav.read_wav(str(workdir / "examples" / "reference_0.wav"))

@@ -236,7 +236,7 @@ def test_gpu_variant_runs_every_phase_end_to_end_and_resumes(tmp_path):
 @pytest.mark.slow
 def test_student_steps_update_the_decoder_on_merged_batches(tmp_path):
   from methods.marc import paper_phases
-  from methods.marc.phases import STUDENTS
+  from methods.marc.students import STUDENTS
 
   write_checkpoint(tmp_path)
   write_video_r1(tmp_path)

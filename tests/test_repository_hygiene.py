@@ -151,3 +151,111 @@ def test_no_tracked_file_cites_absent_notes_or_machine_paths():
     "(title, arXiv/OpenReview id, section, equation), the official code (repository and file) or "
     "a file of this repository instead:\n" + "\n".join(found)
   )
+
+
+# ---------------------------------------------------------------------------------------------------
+# Layers: core and kernels at the bottom, methods above them, experiments (the launchers) on top
+# ---------------------------------------------------------------------------------------------------
+
+LAYERS = ("core", "kernels", "methods", "experiments")
+# What each layer may not import, anywhere in a file (lazy imports inside functions included).
+FORBIDDEN = {
+  "core": {"methods", "experiments", "configs"},
+  "kernels": {"methods", "experiments", "configs"},
+  "methods": {"experiments"},
+}
+
+
+def _module_name(path: pathlib.Path) -> str:
+  parts = path.relative_to(ROOT).with_suffix("").parts
+  return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imported_modules(path: pathlib.Path, known: set[str]) -> set[str]:
+  """The project's modules `path` imports: `import a.b`, `from a.b import c` (the submodule `a.b.c` when
+  it is a file, else `a.b`), relative imports resolved, lazy imports inside functions included."""
+  import ast
+
+  package = _module_name(path) if path.name == "__init__.py" else _module_name(path.parent)
+  found = set()
+  for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    if isinstance(node, ast.Import):
+      found |= {alias.name for alias in node.names}
+    elif isinstance(node, ast.ImportFrom):
+      base = node.module or ""
+      if node.level:
+        anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+        base = ".".join([*anchor, *([base] if base else [])])
+      for alias in node.names:
+        found.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base)
+  return {name for name in found if name.split(".")[0] in LAYERS}
+
+
+def project_import_graph() -> dict[str, set[str]]:
+  files = [p for layer in LAYERS for p in sorted((ROOT / layer).rglob("*.py"))]
+  known = {_module_name(p) for p in files}
+  return {_module_name(p): _imported_modules(p, known) & known for p in files}
+
+
+def test_no_layer_imports_a_layer_above_it():
+  graph = project_import_graph()
+  found = [
+    f"{module} imports {target}"
+    for module, targets in graph.items()
+    for target in sorted(targets)
+    if target.split(".")[0] in FORBIDDEN.get(module.split(".")[0], ())
+  ]
+  assert not found, (
+    "core/ and kernels/ import neither methods/ nor experiments/, and methods/ never imports "
+    "experiments/ (study tables and figures: methods/reports.py):\n" + "\n".join(found)
+  )
+
+
+def _circles_within_packages(graph: dict[str, set[str]]) -> list[list[str]]:
+  """Every cycle of imports between files of one package (a folder), each once."""
+  circles, seen = [], set()
+
+  def package(module: str) -> str:
+    return module if (ROOT / module.replace(".", "/")).is_dir() else module.rpartition(".")[0]
+
+  def visit(path: list[str]) -> None:
+    for target in sorted(graph.get(path[-1], ())):
+      if package(target) != package(path[0]) or target.endswith(".__init__"):
+        continue
+      if target == path[0]:
+        key = frozenset(path)
+        if key not in seen:
+          seen.add(key)
+          circles.append([*path, target])
+      elif target not in path and target > path[0]:
+        visit([*path, target])
+
+  for module in sorted(graph):
+    visit([module])
+  return circles
+
+
+def test_no_file_of_a_package_imports_itself_through_a_circle():
+  graph = project_import_graph()
+  circles = _circles_within_packages(graph)
+  assert not circles, (
+    "files of one package import each other in a circle; move what both need to a module below "
+    "both:\n" + "\n".join(" -> ".join(c) for c in circles)
+  )
+
+
+def test_the_layer_checks_see_lazy_imports_and_circles(tmp_path, monkeypatch):
+  """The two checks above on a tree made to break both rules with imports inside functions."""
+  for layer in LAYERS:
+    (tmp_path / layer).mkdir()
+    (tmp_path / layer / "__init__.py").write_text("")
+  (tmp_path / "methods" / "pkg").mkdir()
+  (tmp_path / "methods" / "pkg" / "__init__.py").write_text("from methods.pkg.a import f\n")
+  (tmp_path / "methods" / "pkg" / "a.py").write_text("def f():\n  from methods.pkg import b\n")
+  (tmp_path / "methods" / "pkg" / "b.py").write_text("from . import a\n")
+  (tmp_path / "core" / "x.py").write_text("def g():\n  import experiments.loop\n")
+  (tmp_path / "experiments" / "loop.py").write_text("")
+  monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+  graph = project_import_graph()
+  assert graph["core.x"] == {"experiments.loop"}
+  assert _circles_within_packages(graph) == [["methods.pkg.a", "methods.pkg.b", "methods.pkg.a"]]

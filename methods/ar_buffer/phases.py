@@ -21,8 +21,8 @@ from absl import logging
 from core import neural_process as tnp
 from core import optim
 from core.data import gp_tasks
-from experiments.reports import figure_grid
 from methods.base import Phase, cached_per_config
+from methods.reports import figure_grid
 
 # ---------------------------------------------------------------------------------------------------
 # Model, prior, optimiser

@@ -7,8 +7,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from experiments.reports import figure_grid, markdown_table, mean_std_cell
 from methods.base import Report, with_changes
+from methods.reports import figure_grid, markdown_table, mean_std_cell
 
 GAP_TOLERANCE = 0.05  # nats/target: "buffer close to re-encoding"
 # "well above independent marginals": the buffer recovers at least this share of the oracle's own

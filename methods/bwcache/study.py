@@ -8,9 +8,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from experiments.reports import figure_grid
 from methods.base import Report
 from methods.bwcache.phases import READINGS, grid_key, validation_key
+from methods.reports import figure_grid
 
 COLUMNS = (
   "arm",

@@ -25,9 +25,9 @@ import ml_collections
 import numpy as np
 
 from core.data import shape_triplets as triplets
-from experiments.reports import figure_grid, mean_std_cell
 from methods.base import Report, with_changes
 from methods.causal_delta import phases as phases_lib
+from methods.reports import figure_grid, mean_std_cell
 
 _CE_ONLY = dict(loss__supcon=0.0, loss__sparsity=0.0)
 ARM_FIELDS = {

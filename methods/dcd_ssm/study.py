@@ -12,8 +12,8 @@ import numpy as np
 
 from core import dcd_constructions
 from core.data import groups as groups_lib
-from experiments.reports import figure_grid, markdown_table
 from methods.base import Report, with_changes
+from methods.reports import figure_grid, markdown_table
 
 KIND_LABELS = {
   "aussm": "AUSSM",

@@ -15,9 +15,9 @@ import ml_collections
 import numpy as np
 
 from core.data.spikes import PERTURBATIONS
-from experiments.reports import figure_grid, mean_std_cell
 from methods.base import Report, with_changes
 from methods.dgn_snn.phases import perturbation_grid
+from methods.reports import figure_grid, mean_std_cell
 
 MAIN = "dgn"  # the arm that carries the variance check and the headline numbers
 SECOND_DATA_STEPS = {"mnist1d": 80}  # time steps of the second data set's spike trains

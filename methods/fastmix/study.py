@@ -23,8 +23,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from experiments.reports import figure_grid, interval_cell
 from methods.base import Report, with_changes
+from methods.reports import figure_grid, interval_cell
 
 MARKOV_ARMS = (
   "fastmix",

@@ -32,8 +32,9 @@ Map to the code:
                                  the GAN phases start from the flow phase's averaged parameters,
                                  handed over by the loop (orbax checkpoints of each phase).
   `study.py`                     the study's arms, table and figure.
-  `examples.py`                  WAV examples of every generator (written with the benchmark's figure,
-                                 or from a finished run's checkpoints with PESQ).
+  `experiments/flow2gan_examples.py`  WAV examples and PESQ of a run finished before the benchmark
+                                 wrote them, from its checkpoints (new runs write them as the
+                                 benchmark's `examples` artifact).
 
 Time runs from 1 (noise) to 0 (data) as everywhere in `core/diffusion.py`; the network is given the
 reference's time `1 - t`. With a velocity target the network learns `eps - x`, the negative of the

@@ -15,12 +15,16 @@ import numpy as np
 import optax
 
 from core import audio, diffusion, gan, optim
-from core.data import batching, speech_like
+from core.data import batching, speech_like, wav
 from core.nn import audio_convnext_convert
 from core.nn.audio_convnext import MultiBranchGenerator
 from core.nn.audio_discriminators import Discriminators
 from methods.base import ConfigError, Phase, cached_per_config
 from methods.flow2gan import tokens
+
+WAV_EXAMPLES = (
+  4  # test segments the benchmark writes as WAV files per generator (and of the reference)
+)
 
 # ---------------------------------------------------------------------------------------------------
 # Data
@@ -512,10 +516,21 @@ def benchmark(config, params_by_phase, rng) -> tuple[dict[str, float], dict[str,
   return results, examples
 
 
+def audio_examples(config, examples: dict[str, np.ndarray]) -> wav.AudioExamples:
+  """The benchmark's `examples` artifact: reference and generators, `WAV_EXAMPLES` segments each."""
+  return wav.AudioExamples(config.data.sample_rate, waveforms(config, examples), WAV_EXAMPLES)
+
+
+def waveforms(config, examples: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+  """`{"reference": ..., <generator>: ...}`, the first `WAV_EXAMPLES` test segments of each."""
+  reference = test_arrays(config)["audio"][:WAV_EXAMPLES]
+  return {"reference": reference, **{k: np.asarray(v)[:WAV_EXAMPLES] for k, v in examples.items()}}
+
+
 def spectrogram_figure(config, examples: dict[str, np.ndarray]):
   """Log-magnitude spectrograms of the first test segment: reference and every generator; the
   reference's digital silence is marked under its panel."""
-  from experiments.reports import figure_grid
+  from methods.reports import figure_grid
 
   data = test_arrays(config)
   panels = [("reference", data["audio"][0]), *[(k, v[0]) for k, v in examples.items()]]
@@ -590,8 +605,6 @@ def phases(config) -> list[Phase]:
   def artifacts(state, rng, inputs):
     if "examples" not in cache:
       _, cache["examples"] = benchmark(config, state, rng)
-    from methods.flow2gan.examples import audio_examples
-
     return {
       "spectrograms": spectrogram_figure(config, cache["examples"]),
       "examples": audio_examples(config, cache["examples"]),

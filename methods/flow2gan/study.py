@@ -25,8 +25,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from experiments.reports import figure_grid
 from methods.base import Report, with_changes
+from methods.reports import figure_grid
 
 METRICS = ("mel_distance", "mr_stft_distance", "silence_leakage_dbfs", "quiet_bin_lsd")
 METRICS_PLOTTED = ("mel_distance", "silence_leakage_dbfs", "quiet_bin_lsd")
@@ -180,7 +180,7 @@ def report(config, results: Mapping[str, Mapping[str, float]]) -> Report:
       "Each arm's folder holds its benchmark's spectrograms.png and WAV examples (examples/: the "
       "reference and every generator on the first test segments). PESQ (wideband, after resampling "
       "to 16 kHz) is tabulated where the optional `pesq` package was installed for the benchmark, "
-      "or added to a finished arm by `python -m methods.flow2gan.examples --merge_pesq`."
+      "or added to a finished arm by `python experiments/flow2gan_examples.py --merge_pesq`."
     ),
   )
 

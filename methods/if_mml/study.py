@@ -10,9 +10,9 @@ from collections.abc import Mapping
 import ml_collections
 import numpy as np
 
-from experiments.reports import figure_grid, interval_cell
 from methods.base import Report, with_changes
 from methods.if_mml.phases import MODELS, REPLICATES
+from methods.reports import figure_grid, interval_cell
 
 
 def arm_name(model: str, sign: int) -> str:

@@ -16,8 +16,8 @@ import numpy as np
 import optax
 
 from core import rkhs, rl
-from experiments.reports import figure_grid
 from methods.base import Phase, cached_per_config, with_changes
+from methods.reports import figure_grid
 
 ALGORITHMS = ("nn_npg", "rff_npg", "exact_npg", "ppo")
 KERNEL_ALGORITHMS = ("rff_npg", "exact_npg")

@@ -25,10 +25,10 @@ import numpy as np
 
 from core import relight_metrics, relighting
 from core.data import gif, lambertian
-from experiments.reports import figure_grid
 from methods.base import Phase, cached_per_config
 from methods.lightctrl import models as P
 from methods.lightctrl import paper
+from methods.reports import figure_grid
 
 FUSION_ARMS = {  # arm: (LMI, GAR)
   "lav_traj": (0.0, 0.0),

@@ -7,8 +7,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from experiments.reports import figure_grid, mean_std_cell
 from methods.base import Report
+from methods.reports import figure_grid, mean_std_cell
 
 COLUMNS = (
   ("psnr", "PSNR (dB)", 1.0, 2),

@@ -39,7 +39,8 @@ import ml_collections
 
 from methods.base import Method, require, require_positive_int
 from methods.marc import paper_scale, paper_vmr
-from methods.marc.phases import STUDENTS, phases
+from methods.marc.phases import phases
+from methods.marc.students import STUDENTS
 from methods.marc.study import report, study_arms
 
 POSITIVE_FIELDS = (

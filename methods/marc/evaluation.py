@@ -22,6 +22,7 @@ from core.data import eventworld
 from core.nn import vlm as vlm_lib
 from methods.base import cached_per_config
 from methods.marc import inputs as mi
+from methods.marc.students import STUDENTS
 
 ZERO_SHOT = {  # arm -> visual input, all on the teacher's weights
   "teacher_full": "full",
@@ -35,8 +36,6 @@ EVAL_KEYS = ("frames", "question", "question_length", "answer")
 
 def arms_of(config) -> dict[str, str]:
   """Every evaluated arm and its visual input."""
-  from methods.marc.phases import STUDENTS
-
   return {**ZERO_SHOT, **{name: STUDENTS[name].mode for name in config.students}}
 
 

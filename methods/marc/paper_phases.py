@@ -39,9 +39,7 @@ from core.data import video_r1 as vr
 from core.nn import vlm as vlm_lib
 from methods.base import ConfigError, Phase, cached_per_config
 from methods.marc import paper_scale as ps
-from methods.marc.phases import record_rl_step
-
-CURVES = ("reward", "accuracy", "compression", "eta")
+from methods.marc.students import CURVES, STUDENTS, adam, record_rl_step, student_curves
 
 
 @cached_per_config(maxsize=1)
@@ -226,8 +224,6 @@ def answers_step(config, state, batch, rng):
 
 
 def optimizer(config, objective: str):
-  from methods.marc.phases import adam
-
   section = config.sft if objective == "sft" else config.rl
   return adam(section.learning_rate, section.steps)
 
@@ -317,8 +313,6 @@ def grpo_step(config, student, state, batch, rng):
 
 
 def student_phase(config, name: str) -> Phase:
-  from methods.marc.phases import STUDENTS, student_curves
-
   student = STUDENTS[name]
   if student.objective == "sft":
     steps, step = config.sft.steps, sft_step
@@ -404,8 +398,6 @@ def evaluate(config, inputs) -> dict[str, float]:
 
 
 def phases(config) -> list[Phase]:
-  from methods.marc.phases import STUDENTS
-
   qwen = Phase(
     name="qwen",
     num_steps=0,

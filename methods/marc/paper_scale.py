@@ -56,6 +56,7 @@ from core.nn import qwen_vl_convert as qc
 from core.nn import vlm as vlm_lib
 from methods.base import cached_per_config
 from methods.marc import paper_vmr
+from methods.marc.students import adam
 
 MODES = ("full", "merge")  # teacher, student (VMR clips when retriever.clip_checkpoint is set)
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
@@ -269,8 +270,6 @@ class AnswerFormat(NamedTuple):
 
 def cgrpo_init(config) -> dict:
   """The student's trainable language model, its frozen copy (the KL reference) and Adam's state."""
-  from methods.marc.phases import adam
-
   _, params = model_of(config)
   decoder = params["decoder"]
   opt = adam(config.rl.learning_rate, config.rl.steps)
@@ -295,8 +294,6 @@ def repeat_rows(inputs: VisualInput, group: int) -> VisualInput:
 
 @cached_per_config(maxsize=2)
 def _cgrpo_fn(config, form: AnswerFormat, max_new_tokens: int):
-  from methods.marc.phases import adam
-
   qvl, params = model_of(config)
   r = config.rl
   opt = adam(r.learning_rate, r.steps)

@@ -8,12 +8,12 @@ from collections.abc import Mapping
 import ml_collections
 import numpy as np
 
-from experiments.reports import figure_grid
 from methods.base import (
   Report,
   with_changes,
 )
 from methods.quant_diffusion.phases import KINDS
+from methods.reports import figure_grid
 
 # ---------------------------------------------------------------------------------------------------
 # Study: QDPM vs the VDM-style discrete model vs the dequantized model, same data and backbone

@@ -15,8 +15,8 @@ from collections.abc import Mapping
 import numpy as np
 
 from core import slt
-from experiments.reports import figure_grid, markdown_table
 from methods.base import Report, with_changes
+from methods.reports import figure_grid, markdown_table
 from methods.sgd_porous import toys
 
 

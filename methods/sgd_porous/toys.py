@@ -30,8 +30,8 @@ import numpy as np
 
 from core import slt
 from core.data import slt as slt_data
-from experiments.reports import figure_grid
 from methods.base import Phase, cached_per_config
+from methods.reports import figure_grid
 
 
 class Group(NamedTuple):

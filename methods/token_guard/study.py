@@ -9,8 +9,8 @@ import ml_collections
 import numpy as np
 
 from core.data import factual_world
-from experiments.reports import figure_grid, mean_std_cell
 from methods.base import Report, with_changes
+from methods.reports import figure_grid, mean_std_cell
 
 AUROC_KEYS = ("auroc_token_score", "auroc_probability", "auroc_cosine", "auroc_segment_score")
 COLUMNS = (

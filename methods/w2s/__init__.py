@@ -69,7 +69,7 @@ Choices where the paper is open (each a config field):
   student's most confident held-out points: its scores tie across the grid, so it was dropped. Both
   rules are label-free and neither finds the heads that fix the teacher's systematic errors (see
   `enhanced_grid_*` and `enhanced_oracle_*`).
-* `phases.runtime_barrier` and `core.w2s.spd_solve` work around two CPU problems of the shared loop on
+* `runtime.runtime_barrier` and `core.w2s.spd_solve` work around two CPU problems of the shared loop on
   jax 0.10.2: constant-folding of closed-over data, and a deadlock of batched LAPACK calls on 2 cores.
 """
 

@@ -36,7 +36,7 @@ from core.nn import precision
 from core.nn.mlp import MLP
 from methods.base import Phase, cached_per_config
 from methods.w2s import backbones
-from methods.w2s.phases import runtime_barrier
+from methods.w2s.runtime import runtime_barrier
 
 NUM_CLASSES = 2
 PSEUDO = ("unlabelled", "heldout")  # the splits the teacher pseudolabels

@@ -24,7 +24,7 @@ import ml_collections
 from core import w2s
 from core.data import spurious as spurious_data
 from methods.base import Phase, cached_per_config
-from methods.w2s.phases import runtime_barrier
+from methods.w2s.runtime import runtime_barrier
 
 # the evaluation mixtures eta_t: eta_l itself, balanced, the majority (0) and the minority (1) alone
 ETA_T_LABELS = ("eta_l", "0.5", "0", "1")

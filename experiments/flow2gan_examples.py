@@ -1,22 +1,15 @@
-r"""Flow2GAN's listening examples: WAV files of the reference and every generator's output.
+r"""Flow2GAN's listening examples for runs finished before the benchmark wrote WAV files: restores the
+benchmark phase's checkpoint (every generator), regenerates the test set with the benchmark's noise
+(the loop's evaluation key), and writes the WAV files and `examples/quality.json`, with no training:
 
-The benchmark phase writes them into the run's folder, `<workdir>/examples/<generator>_<i>.wav` and
-`reference_<i>.wav` (16-bit PCM at `data.sample_rate`, the first `WAV_EXAMPLES` test segments, the same
-noise as the benchmark's metrics) as its `examples` artifact (`core.data.wav.AudioExamples`, which the
-loop writes as WAV files). In a study every
-arm is a run, so each arm's folder holds its own examples, one set per generator (FM at each step
-count, each GAN generator).
+  python experiments/flow2gan_examples.py --config=configs/flow2gan.py:study --workdir=runs/flow2gan_study
+  python experiments/flow2gan_examples.py --config=configs/flow2gan.py --workdir=runs/flow2gan
 
-Runs finished before the benchmark wrote WAV files get them from their checkpoints, with no training:
-
-  python -m methods.flow2gan.examples --config=configs/flow2gan.py:study --workdir=runs/flow2gan_study
-  python -m methods.flow2gan.examples --config=configs/flow2gan.py --workdir=runs/flow2gan
-
-This restores the benchmark phase's saved parameters (every generator), regenerates the test set with
-the benchmark's noise (the loop's evaluation key), writes the WAV files and `examples/quality.json`:
-every generator's metrics recomputed (they match the run's `results.json` up to float rounding; the
-speed is not re-timed) plus wideband PESQ when the `pesq` package is installed. `--merge_pesq` also
-adds the PESQ keys to the run's `results.json`, so `experiments/study.py --report_only` tabulates them.
+New runs need none of this: the benchmark phase writes `<workdir>/examples/<generator>_<i>.wav` and
+`reference_<i>.wav` as its `examples` artifact (`methods.flow2gan.phases.audio_examples`). The recomputed
+metrics match the run's `results.json` up to float rounding (the speed is not re-timed); wideband PESQ
+is added when the `pesq` package is installed, and `--merge_pesq` also adds the PESQ keys to the run's
+`results.json`, so `experiments/study.py --report_only` tabulates them.
 """
 
 from __future__ import annotations
@@ -27,28 +20,15 @@ import os
 import sys
 
 import jax
-import numpy as np
 
 from core.data import wav
+from experiments.checkpoints import PhaseCheckpoints
 from methods.flow2gan import tokens
 
-phases = importlib.import_module(
-  "methods.flow2gan.phases"
-)  # the package exports a `phases` function
+# the module, not the package's `phases` function of the same name
+flow2gan_phases = importlib.import_module("methods.flow2gan.phases")
 
-WAV_EXAMPLES = 4  # test segments written per generator (and of the reference)
 EXAMPLES_DIR = "examples"
-
-
-def audio_examples(config, examples: dict[str, np.ndarray]) -> wav.AudioExamples:
-  """The benchmark's `examples` artifact: reference and generators, `WAV_EXAMPLES` segments each."""
-  return wav.AudioExamples(config.data.sample_rate, waveforms(config, examples), WAV_EXAMPLES)
-
-
-def waveforms(config, examples: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-  """`{"reference": ..., <generator>: ...}`, the first `WAV_EXAMPLES` test segments of each."""
-  reference = phases.test_arrays(config)["audio"][:WAV_EXAMPLES]
-  return {"reference": reference, **{k: np.asarray(v)[:WAV_EXAMPLES] for k, v in examples.items()}}
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -57,7 +37,7 @@ def waveforms(config, examples: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 def benchmark_index(config) -> int:
-  return [p.name for p in phases.phases(config)].index("benchmark")
+  return [p.name for p in flow2gan_phases.phases(config)].index("benchmark")
 
 
 def evaluation_key(config) -> jax.Array:
@@ -69,15 +49,13 @@ def evaluation_key(config) -> jax.Array:
 
 def restore_generators(config, run_dir: str) -> dict:
   """Every generator's parameters (`{phase: params}`) from the benchmark phase's checkpoint."""
-  from experiments.checkpoints import PhaseCheckpoints
-
   device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
 
   def placed(init):
     shapes = jax.eval_shape(init)
     return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=device), shapes)
 
-  one = placed(lambda: phases.init_generator(config, jax.random.key(0)))
+  one = placed(lambda: flow2gan_phases.init_generator(config, jax.random.key(0)))
   names = ["flow", *(f"gan_{n}step" for n in config.gan.generator_steps)]
   target = {name: one for name in names}
   if tokens.uses_tokens(config):
@@ -104,12 +82,19 @@ def from_checkpoints(config, run_dir: str, merge_pesq: bool = False) -> dict[str
   params_by_phase = restore_generators(config, run_dir)
   rng = evaluation_key(config)
   metrics, examples = {}, {}
-  for name, phase, steps in phases.generators(config):
+  for name, phase, steps in flow2gan_phases.generators(config):
     codec = params_by_phase.get("codec")
-    values, examples[name] = phases.quality(config, params_by_phase[phase], steps, rng, codec)
+    values, examples[name] = flow2gan_phases.quality(
+      config, params_by_phase[phase], steps, rng, codec
+    )
     metrics.update({f"{name}/{k}": v for k, v in values.items()})
   folder = os.path.join(run_dir, EXAMPLES_DIR)
-  wav.write_examples(folder, config.data.sample_rate, waveforms(config, examples), WAV_EXAMPLES)
+  wav.write_examples(
+    folder,
+    config.data.sample_rate,
+    flow2gan_phases.waveforms(config, examples),
+    flow2gan_phases.WAV_EXAMPLES,
+  )
   with open(os.path.join(folder, "quality.json"), "w") as f:
     json.dump(metrics, f, indent=2, sort_keys=True)
   if merge_pesq and audio.PESQ_AVAILABLE:
@@ -135,7 +120,7 @@ def _merge_into_results(config, run_dir: str, metrics: dict[str, float]) -> None
   with open(path) as f:
     results = json.load(f)
   added = {k: v for k, v in metrics.items() if k.endswith("/pesq")}
-  added["pesq"] = metrics[f"{phases.headline(config)}/pesq"]
+  added["pesq"] = metrics[f"{flow2gan_phases.headline(config)}/pesq"]
   with open(path, "w") as f:
     json.dump({**results, **added}, f, indent=2, sort_keys=True)
 
