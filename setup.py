@@ -50,6 +50,11 @@ setuptools.setup(
     "audio_data": _TENSORFLOW,
     # PESQ of flow2gan's benchmark (skipped without it; builds a C extension from its sdist)
     "audio_metrics": ["pesq>=0.0.4"],
+    # Side by side with the implementations the field uses, never needed by the package itself:
+    # experiments/bench_peers.py and tests/test_peers.py (the shared transformer beside Hugging Face
+    # transformers on the same Llama-layout model), experiments/peers/ (the papers' official code from
+    # a checkout: LightGBM and PyYAML for RegMix's regression and mixture synthesis)
+    "peers": ["torch>=2.4", "transformers>=4.45", "lightgbm>=4.7", "pyyaml>=6"],
     # Front-door study's external baselines and the parity check with the author's package.
     "frontdoor": ["econml==0.17.0", "doubleml==0.11.4", "fd-cate==0.1.1"],
   },

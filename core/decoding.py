@@ -98,22 +98,22 @@ def sample_logits(
 # ---------------------------------------------------------------------------------------------------
 
 
-def _prompt_mask(positions, prefix_lengths) -> attention.Mask:
+def _prompt_mask(prefix_lengths) -> attention.Mask:
+  """Causal (or prefix-LM) over the default positions `0..P-1`: the prompt's tokens sit at the cache
+  slots of their positions, so a plain causal mask lets attention skip the unwritten slots."""
   if prefix_lengths is None:
-    return attention.causal_mask(q_positions=positions)
-  return attention.prefix_lm_mask(prefix_lengths, q_positions=positions)
+    return attention.causal_mask()
+  return attention.prefix_lm_mask(prefix_lengths)
 
 
 def prefill(model: Transformer, params, prompts, prompt_lengths, max_len: int, prefix_lengths=None):
   """Fills a new cache with the prompts; returns `(next-token logits [B, V], cache)`."""
   batch, length = prompts.shape
-  positions = jnp.arange(length, dtype=jnp.int32)[None]
   last = jnp.asarray(prompt_lengths, jnp.int32) - 1
   out = model.apply(
     params,
     prompts,
-    positions=positions,
-    mask=_prompt_mask(positions, prefix_lengths),
+    mask=_prompt_mask(prefix_lengths),
     cache=init_cache(model, batch, max_len),
     logits_at=last[:, None],
   )
@@ -295,8 +295,7 @@ def concatenate(prompts, prompt_lengths, continuations, continuation_lengths, pa
 @functools.partial(jax.jit, static_argnames=("model",))
 def _score(model, params, prompts, prompt_lengths, continuations, continuation_lengths, prefix):
   sequence = concatenate(prompts, prompt_lengths, continuations, continuation_lengths)
-  positions = jnp.arange(sequence.shape[1], dtype=jnp.int32)[None]
-  logits = model.apply(params, sequence, mask=_prompt_mask(positions, prefix)).logits
+  logits = model.apply(params, sequence, mask=_prompt_mask(prefix)).logits
   log_probs = jax.nn.log_softmax(logits[:, :-1])
   token_log_probs = jnp.take_along_axis(log_probs, sequence[:, 1:, None], axis=-1)[..., 0]
   cont_len = continuations.shape[1]

@@ -1,6 +1,7 @@
 r"""Does the KV cache pay? Decode tokens/s with the cache vs re-running the full forward per token.
 
   python experiments/bench_decode.py [--lengths=128,512,2048] [--new_tokens=32] [--width=64]
+  python experiments/bench_decode.py --measures=attention --batch=8 --width=256 --lengths=512,2048
 
 For each sequence length L, a prompt of `L - new_tokens` tokens is continued by `new_tokens` greedy
 tokens two ways, each as one jitted loop:
@@ -36,6 +37,9 @@ _HEADS = flags.DEFINE_integer("heads", 4, "Attention heads.")
 _VOCAB = flags.DEFINE_integer("vocab", 64, "Vocabulary size.")
 _DTYPE = flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "Compute dtype.")
 _REPEATS = flags.DEFINE_integer("repeats", 5, "Timed calls per measurement (the fastest counts).")
+_MEASURES = flags.DEFINE_list(
+  "measures", ["decode", "attention"], "Which of decode, attention to time."
+)
 
 
 def fastest_seconds(fn, *args, repeats: int) -> float:
@@ -125,6 +129,7 @@ def run(
   vocab: int,
   repeats: int,
   dtype: str = "float32",
+  measures=("decode", "attention"),
 ):
   from core.nn import attention
   from core.nn.transformer import Transformer
@@ -135,27 +140,33 @@ def run(
   params = jax.jit(model.init)(
     jax.random.key(0), jnp.zeros((1, 8), jnp.int32), mask=attention.causal_mask()
   )
-  return {
-    length: {
-      **measure_decode(model, params, length, new_tokens, batch, repeats),
-      "attention_ms": measure_attention(model, length, batch, repeats),
-    }
-    for length in lengths
-  }
+  results = {}
+  for length in lengths:
+    results[length] = {}
+    if "decode" in measures:
+      results[length].update(measure_decode(model, params, length, new_tokens, batch, repeats))
+    if "attention" in measures:
+      results[length]["attention_ms"] = measure_attention(model, length, batch, repeats)
+  return results
 
 
 def report(results: dict, new_tokens: int) -> str:
-  lines = [
-    f"backend: {jax.default_backend()}; {new_tokens} greedy tokens per measurement",
-    "| L | cached tok/s | uncached tok/s | ratio (cached/uncached) | same tokens |",
-    "|---|---|---|---|---|",
-  ]
-  for length, r in results.items():
-    lines.append(
-      f"| {length} | {r['cached_tokens_per_s']:.0f} | {r['uncached_tokens_per_s']:.1f} | "
-      f"{r['ratio']:.1f} | {r['same_tokens']} |"
-    )
-  names = list(next(iter(results.values()))["attention_ms"])
+  first = next(iter(results.values()))
+  lines = [f"backend: {jax.default_backend()}"]
+  if "ratio" in first:
+    lines += [
+      f"{new_tokens} greedy tokens per measurement",
+      "| L | cached tok/s | uncached tok/s | ratio (cached/uncached) | same tokens |",
+      "|---|---|---|---|---|",
+    ]
+    for length, r in results.items():
+      lines.append(
+        f"| {length} | {r['cached_tokens_per_s']:.0f} | {r['uncached_tokens_per_s']:.1f} | "
+        f"{r['ratio']:.1f} | {r['same_tokens']} |"
+      )
+  if "attention_ms" not in first:
+    return "\n".join(lines)
+  names = list(first["attention_ms"])
   lines += [
     "",
     "| L | " + " | ".join(f"{n} ms" for n in names) + " |",
@@ -163,6 +174,8 @@ def report(results: dict, new_tokens: int) -> str:
   ]
   for length, r in results.items():
     lines.append(f"| {length} | " + " | ".join(f"{r['attention_ms'][n]:.3f}" for n in names) + " |")
+  if "ratio" not in first:
+    return "\n".join(lines)
   ratios = [r["ratio"] for r in results.values()]
   grows = all(b > a for a, b in zip(ratios, ratios[1:], strict=False))
   lines.append(f"\ncache wins at every L: {min(ratios) > 1}; ratio grows with L: {grows}")
@@ -185,6 +198,7 @@ def main(argv):
     _VOCAB.value,
     _REPEATS.value,
     _DTYPE.value,
+    _MEASURES.value,
   )
   print(report(results, _NEW.value))
 

@@ -90,6 +90,35 @@ def test_cache_style_and_cross_attention_masks(implementation):
     chex.assert_trees_all_close(got, expected, atol=2e-5, rtol=2e-5)
 
 
+@pytest.mark.parametrize("kind", SELF_MASKS)
+@pytest.mark.parametrize("shape", SHAPES[:2], ids=lambda s: "x".join(map(str, s)))
+def test_chunked_attention_in_small_blocks_matches_the_reference(kind, shape):
+  """Blocks of 16 queries (37 and 64: a short last block and exact blocks): every mask kind."""
+  batch, q_len, kv_len, heads, kv_heads, head_dim = shape
+  q, k, v = qkv(*shape, seed=q_len + 1)
+  mask = attn.as_mask(make_mask(kind, batch, q_len, kv_len, heads, seed=q_len + 1))
+  expected = attn.attention(q, k, v, mask, implementation="reference")
+  got = attn.chunked_attention(q, k, v, mask, 1 / np.sqrt(head_dim), block=16)
+  chex.assert_trees_all_close(got, expected, atol=2e-5, rtol=2e-5)
+
+
+def test_chunked_causal_blocks_skip_only_keys_no_query_sees():
+  """A prefill into a longer cache (kv_len > q_len, plain causal): the slots after the prompt and
+  each block's future keys are skipped; poisoning them with NaN must not reach the output."""
+  q, k, v = qkv(2, 40, 48, 4, 2, 8, seed=3)
+  poisoned_v = v.at[:, 40:].set(jnp.nan)
+  got = attn.chunked_attention(q, k, poisoned_v, attn.causal_mask(), 1 / np.sqrt(8), block=16)
+  expected = attn.attention(q, k[:, :40], v[:, :40], attn.causal_mask(), implementation="reference")
+  chex.assert_trees_all_close(got, expected, atol=2e-5, rtol=2e-5)
+
+
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="the CPU default")
+def test_cpu_default_is_chunked_only_for_long_queries():
+  q, k, _ = qkv(1, attn.CHUNK + 1, attn.CHUNK + 1, 2, 2, 8)
+  assert attn.default_implementation(q, k, attn.causal_mask()) == "chunked"
+  assert attn.default_implementation(q[:, : attn.CHUNK], k, attn.causal_mask()) == "xla"
+
+
 def test_reference_is_softmax_attention_written_out():
   q, k, v = qkv(1, 4, 6, 1, 1, 8)
   mask = make_mask("arbitrary", 1, 4, 6, 1)
@@ -168,7 +197,7 @@ def test_bad_arguments_are_named():
     attn.attention(q, k, v, implementation="flash")
   if jax.default_backend() == "cpu":
     with pytest.raises(
-      ValueError, match="'cudnn' is not available on backend 'cpu'; available: xla, reference"
+      ValueError, match="'cudnn' is not available on backend 'cpu'; available: xla, chunked, reference"
     ):
       attn.attention(q, k, v, implementation="cudnn")
   with pytest.raises(ValueError, match=r"k must have shape \(1, \*, \*, 8\), got \(1, 4, 2, 4\)"):

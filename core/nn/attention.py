@@ -29,8 +29,14 @@ Implementations (`implementation=`):
                with a padding segment. Masks they cannot express (prefix-LM, explicit positions as in
                a KV cache, padding, dense) fall back to "xla". `pallas_gpu_attention` and
                `pallas_tpu_attention` take `interpret=True` to run the kernels on CPU (tests only).
+  "chunked"    exact attention `CHUNK` queries at a time, each block through "xla": the scores held
+               at once are `[B, H, CHUNK, Lk]` rather than `[B, H, Lq, Lk]`, and under a plain causal
+               mask (default positions, nothing else) a block reads only the keys up to its last
+               query, skipping the masked upper triangle (about half the work of a dense causal
+               product); every backend.
   "reference"  plain jnp: float32 `softmax(q k^T * scale)` then `@ v`; every backend.
-  None         by backend: cpu -> xla; gpu -> cudnn where it supports the dtype and head dim and the
+  None         by backend: cpu -> chunked for more than `CHUNK` queries, else xla;
+               gpu -> cudnn where it supports the dtype and head dim and the
                mask is none or plain causal over equal lengths, else xla; tpu -> pallas.
 """
 
@@ -44,12 +50,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-IMPLEMENTATIONS = ("xla", "cudnn", "pallas", "reference")
+IMPLEMENTATIONS = ("xla", "chunked", "cudnn", "pallas", "reference")
 _BACKEND_IMPLEMENTATIONS = {
-  "cpu": ("xla", "reference"),
-  "gpu": ("xla", "cudnn", "pallas", "reference"),
-  "tpu": ("xla", "pallas", "reference"),
+  "cpu": ("xla", "chunked", "reference"),
+  "gpu": ("xla", "chunked", "cudnn", "pallas", "reference"),
+  "tpu": ("xla", "chunked", "pallas", "reference"),
 }
+# Queries per block of "chunked" (experiments/bench_decode.py times it beside "xla" on CPU)
+CHUNK = 256
 # The kernels' masked logit: finite, so a query that sees no key averages the values instead of NaN.
 MASK_VALUE = -0.7 * float(np.finfo(np.float32).max)
 _PADDING_SEGMENT = -1
@@ -251,6 +259,37 @@ def xla_attention(q, k, v, mask: Mask | None, scale: float) -> jax.Array:
   return jax.nn.dot_product_attention(q, k, v, mask=dense, scale=scale, implementation="xla")
 
 
+def chunked_attention(q, k, v, mask: Mask | None, scale: float, block: int = CHUNK) -> jax.Array:
+  """ "xla" attention over blocks of `block` queries (a static loop; exact, no online softmax: each block
+  sees all of its keys at once). Under a plain causal mask a block stops at the key of its last query."""
+  batch, q_len, _, _ = q.shape
+  kv_len = k.shape[1]
+  if q_len <= block:
+    return xla_attention(q, k, v, mask, scale)
+  plain_causal = mask is not None and mask.is_plain_causal
+  dense = None if mask is None or plain_causal else mask.to_dense(batch, q_len, kv_len)
+  outputs = []
+  for start in range(0, q_len, block):
+    stop = min(start + block, q_len)
+    keys = min(stop, kv_len) if plain_causal else kv_len
+    if plain_causal:
+      seen = jnp.arange(keys)[None, :] <= jnp.arange(start, stop)[:, None]
+      block_mask = seen[None, None]
+    else:
+      block_mask = None if dense is None else dense[:, :, start:stop]
+    outputs.append(
+      jax.nn.dot_product_attention(
+        q[:, start:stop],
+        k[:, :keys],
+        v[:, :keys],
+        mask=block_mask,
+        scale=scale,
+        implementation="xla",
+      )
+    )
+  return jnp.concatenate(outputs, axis=1)
+
+
 def cudnn_supported(q) -> bool:
   """Whether cuDNN's fused attention takes this dtype and head dim (conservative: pre-Hopper limits)."""
   head_dim = q.shape[-1]
@@ -355,6 +394,7 @@ def pallas_attention(q, k, v, mask: Mask | None, scale: float) -> jax.Array:
 
 _IMPLEMENTATION_FNS = {
   "xla": xla_attention,
+  "chunked": chunked_attention,
   "cudnn": cudnn_attention,
   "pallas": pallas_attention,
   "reference": reference_attention,
@@ -368,13 +408,15 @@ def available_implementations(backend: str | None = None) -> tuple[str, ...]:
 
 def default_implementation(q, k, mask: Mask | None) -> str:
   """tpu: pallas; gpu: cudnn for supported dtypes on self-attention with no mask or a plain causal
-  one (its fused kernel's case), else xla; cpu: xla."""
+  one (its fused kernel's case), else xla; cpu: chunked past `CHUNK` queries, else xla."""
   backend = jax.default_backend()
   if backend == "tpu":
     return "pallas"
   plain = mask is None or mask.is_plain_causal
   if backend == "gpu" and cudnn_supported(q) and plain and q.shape[1] == k.shape[1]:
     return "cudnn"
+  if backend == "cpu" and q.shape[1] > CHUNK:
+    return "chunked"
   return "xla"
 
 
@@ -396,7 +438,8 @@ def attention(
     mask: a `Mask`, a boolean `[B or 1, 1 or heads, q_len, kv_len]` array (True = attend), or None
       (every query sees every key).
     scale: logit scale, default `1 / sqrt(head_dim)`.
-    implementation: "xla", "cudnn", "pallas", "reference" or None (by backend, module docstring).
+    implementation: "xla", "chunked", "cudnn", "pallas", "reference" or None (by backend, module
+      docstring).
 
   Returns:
     `[batch, q_len, heads, head_dim]` in q's dtype.
