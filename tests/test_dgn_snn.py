@@ -256,6 +256,7 @@ def test_default_run_reports_the_keys_and_compiles_each_step_once(tmp_path):
   assert summary.step_traces == {"train": 1, "train_lif": 1, "stability": 0}
 
 
+@pytest.mark.slow  # resume is the loop's (test_loop.py); by default the smoke run above
 def test_interrupted_run_resumes_to_the_same_results(tmp_path):
   config = tiny_config(compare_lif=False, **{"eval.pgd_epsilons": ()})
   config.stability.enabled = False

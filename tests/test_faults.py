@@ -79,6 +79,7 @@ def _wait_for_rows(workdir, process, rows=5, timeout=120):
   raise AssertionError("the run never started logging")
 
 
+@pytest.mark.slow  # by default: the six-step SIGTERM test in test_quant_diffusion.py
 def test_sigterm_saves_exits_zero_and_resumes_to_the_same_result(tmp_path, uninterrupted):
   command = [
     sys.executable,

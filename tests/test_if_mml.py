@@ -235,6 +235,7 @@ def test_run_reports_every_model_and_compiles_each_step_once(tmp_path):
     assert set(np.ravel(results[f"selected_step_{name}/replicates"])) <= {2.0, 4.0}
 
 
+@pytest.mark.slow  # resume is the loop's (test_loop.py); by default the smoke run above
 def test_interrupted_run_resumes_to_the_same_results(tmp_path):
   config = tiny_config(models=("if",))
   whole = loop.run(config, str(tmp_path / "whole")).results

@@ -30,8 +30,15 @@ def without_timings(results):
   return {k: v for k, v in results.items() if k not in TIMINGS}
 
 
-def test_run_reports_losses_against_the_best_possible_and_samples(tmp_path):
-  summary = loop.run(tiny_config(), str(tmp_path))
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+  """One uninterrupted run of `tiny_config()`, shared by the tests that read or compare it."""
+  workdir = tmp_path_factory.mktemp("lm")
+  return loop.run(tiny_config(), str(workdir)), workdir
+
+
+def test_run_reports_losses_against_the_best_possible_and_samples(tiny_run):
+  summary, workdir = tiny_run
   results = summary.results
   assert summary.step_traces == {"train": 1}
   positive = ("val_loss", "val_perplexity", "best_val_perplexity", "entropy_rate_perplexity")
@@ -41,11 +48,11 @@ def test_run_reports_losses_against_the_best_possible_and_samples(tmp_path):
   best, val = results["best_val_perplexity"], results["val_perplexity"]
   assert results["entropy_rate_perplexity"] <= best < val
   assert np.shape(results["samples"]) == (4, 8) and len(results["val_loss_per_source"]) == 3
-  assert os.path.exists(tmp_path / "samples.png")
+  assert os.path.exists(workdir / "samples.png")
 
 
-def test_interrupted_run_resumes_to_the_same_results(tmp_path):
-  whole = loop.run(tiny_config(), str(tmp_path / "whole")).results
+def test_interrupted_run_resumes_to_the_same_results(tiny_run, tmp_path):
+  whole = tiny_run[0].results
   with pytest.raises(loop.Interrupted):
     loop.run(tiny_config(), str(tmp_path / "cut"), should_stop=lambda phase, step: step == 4)
   resumed = loop.run(tiny_config(), str(tmp_path / "cut")).results

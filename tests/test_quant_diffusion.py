@@ -31,8 +31,15 @@ def tiny_config(**model):
   return config
 
 
-def test_run_reports_every_metric_and_compiles_the_step_once(tmp_path):
-  summary = loop.run(tiny_config(), str(tmp_path))
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+  """One run of `tiny_config()` on all four devices, shared by the tests that read or compare it."""
+  workdir = tmp_path_factory.mktemp("qdpm")
+  return loop.run(tiny_config(), str(workdir)), workdir
+
+
+def test_run_reports_every_metric_and_compiles_the_step_once(tiny_run):
+  summary, workdir = tiny_run
   results = summary.results
   for key in ("test_bpd", "train_bpd", "test_bpd_stderr", "on_grid_fraction", "null_bpd"):
     assert math.isfinite(results[key]), key
@@ -40,7 +47,7 @@ def test_run_reports_every_metric_and_compiles_the_step_once(tmp_path):
   assert results["null_bpd"] == pytest.approx(math.log2(17), abs=1e-4)
   assert results["on_grid_fraction"] == 1.0
   assert 0.0 <= results["on_grid_fraction_before_t0"] <= 1.0
-  assert os.path.exists(tmp_path / "samples.png")
+  assert os.path.exists(workdir / "samples.png")
 
 
 @pytest.mark.slow
@@ -66,17 +73,18 @@ def test_baselines_run_and_are_not_snapped_to_the_grid(tmp_path, kind):
   assert results["on_grid_fraction"] < 0.5
 
 
-def test_interrupted_run_resumes_to_the_same_results(tmp_path):
-  whole = loop.run(tiny_config(), str(tmp_path / "whole")).results
+def test_interrupted_run_resumes_to_the_same_results(tiny_run, tmp_path):
+  whole = tiny_run[0].results
   with pytest.raises(loop.Interrupted):
     loop.run(tiny_config(), str(tmp_path / "cut"), should_stop=lambda phase, step: step == 4)
   resumed = loop.run(tiny_config(), str(tmp_path / "cut")).results
   chex.assert_trees_all_close(resumed, whole, rtol=1e-5)
 
 
-def test_one_and_four_devices_give_the_same_run(tmp_path):
+def test_one_and_four_devices_give_the_same_run(tiny_run, tmp_path):
+  assert len(jax.devices()) == 4  # the shared run is on four devices
   one = loop.run(tiny_config(), str(tmp_path / "one"), devices=jax.devices()[:1]).results
-  four = loop.run(tiny_config(), str(tmp_path / "four"), devices=jax.devices()[:4]).results
+  four = tiny_run[0].results
   chex.assert_trees_all_close(one, four, rtol=1e-4)
 
 
@@ -143,34 +151,72 @@ def test_study_report_orders_the_models():
   assert "bpd_and_on_grid" in report.figures
 
 
-def test_train_py_runs_a_few_steps_and_resumes(tmp_path):
+def test_train_py_names_a_mistyped_flag(tmp_path):
+  """(The SIGTERM test below runs train.py to the end: progress lines, metrics rows, results.)"""
   args = [
     sys.executable,
     "experiments/train.py",
     "--config=configs/quant_diffusion.py",
     f"--workdir={tmp_path}",
-    "--config.steps=4",
-    "--config.batch_size=16",
-    "--config.model.width=16",
-    "--config.model.depth=2",
-    "--config.data.num_eval_examples=8",
-    "--config.eval.num_u_samples=2",
-    "--config.eval.num_samples=4",
-    "--config.eval.sampler_steps=2",
-    "--config.eval.mc_c_samples=2",
-    "--config.loop.log_every=2",
+    "--config.model.kidn=qdpm",
   ]
-  done = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=300)
-  assert done.returncode == 0, done.stderr[-2000:]
-  assert "step 4/4" in done.stderr and "steps/s" in done.stderr and "ETA" in done.stderr
-  with open(tmp_path / "results.json") as f:
-    assert "test_bpd" in json.load(f)
-  rows = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
-  assert [r["step"] for r in rows if "loss" in r] == [1, 2, 3, 4]
-  bad = subprocess.run(
-    args + ["--config.model.kidn=qdpm"], cwd=REPO, capture_output=True, text=True, timeout=300
-  )
+  bad = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=300)
   assert bad.returncode != 0 and "kidn" in bad.stderr
+
+
+SIGTERM_AT_STEP = """
+import os, signal, sys
+sys.path.insert(0, os.getcwd())
+from experiments import loop
+asks = loop._agreed_stop
+def preempt_at(should_stop, phase, step, at_log_step):
+  if step == {step}:
+    os.kill(os.getpid(), signal.SIGTERM)  # the scheduler's notice, at a known step
+  return asks(should_stop, phase, step, at_log_step)
+loop._agreed_stop = preempt_at
+sys.argv = ["train.py"] + {flags}
+from experiments import train
+from absl import app
+app.run(train.main)
+"""
+
+
+def test_sigterm_mid_run_saves_exits_zero_and_train_py_resumes_it(tmp_path, tiny_run):
+  """train.py end to end at six steps with SIGTERM's handler: the signal arrives after step 2, the
+  run saves, exits 0 and says how to resume; the same command finishes it (progress lines, one
+  metrics row per step) with the uninterrupted results. (test_faults.py sends the signal from
+  outside at a random step of a 1500-step run: slow set.)"""
+  from test_faults import _complete_steps, _env, _flags  # command line and checkpoints of a run
+
+  flags = [*_flags(tiny_config()), f"--workdir={tmp_path}"]
+  script = SIGTERM_AT_STEP.format(step=2, flags=repr(flags))
+  stopped = subprocess.run(
+    [sys.executable, "-c", script],
+    cwd=REPO,
+    env=_env(),
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
+  assert stopped.returncode == 0, stopped.stderr[-2000:]
+  assert "run the same command again to resume" in stopped.stderr
+  assert _complete_steps(str(tmp_path))[-1] == 2
+  assert not os.path.exists(tmp_path / "results.json")
+  resumed = subprocess.run(
+    [sys.executable, "experiments/train.py", *flags],
+    cwd=REPO,
+    env=_env(),
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
+  assert resumed.returncode == 0, resumed.stderr[-2000:]
+  assert "resumed from step 2" in resumed.stderr
+  assert "step 6/6" in resumed.stderr and "steps/s" in resumed.stderr and "ETA" in resumed.stderr
+  rows = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
+  assert [r["step"] for r in rows if "loss" in r] == [1, 2, 3, 4, 5, 6]
+  with open(tmp_path / "results.json") as f:
+    chex.assert_trees_all_close(json.load(f), tiny_run[0].results, rtol=1e-4)
 
 
 def test_input_benchmark_measures_both_arms():
