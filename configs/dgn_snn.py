@@ -9,12 +9,12 @@ the input noise (Eq. 13-14).
 Variants:
   default       temporal-order spike digits (64 channels, 100 steps, 10 classes in time-reversed pairs),
                 a 64-128-10 feed-forward DGN and the same network with LIF neurons, one seed each, 600
-                Adam steps, both tested on every perturbation and PGD at eps 0.01; the Eq. 13-14 variance
-                check. 5.1 min wall on a 2-core machine shared at load ~12 (49 s user CPU).
+                Adam steps, both tested on every perturbation and FGSM / BIM / PGD at eps 0.01; the variance
+                check. 5.1 min wall at load ~12 (49 s user CPU) with PGD alone.
   study         experiments/study.py: LIF, DGN, s-DGN and a parameter-matched LIF (128 -> 256 hidden)
                 with 3 vmapped seeds each, the phi = sigmoid ablation, LIF and DGN on MNIST-1D-style
-                population-coded spikes, PGD attacks, spike counts; the variance check. 7 arms; 59 min
-                wall on the shared 2-core machine at load ~13 (9.4 min user CPU).
+                population-coded spikes, FGSM / BIM / PGD, spike counts; the variance check. 7 arms; 59 min
+                wall at load ~13 (9.4 min user CPU) with PGD alone; BIM adds about as much again.
   gpu           paper scale: Spiking Heidelberg Digits (700 channels, 20 classes; shd_train.h5 and
                 shd_test.h5 under --config.data.data_dir), a recurrent 700-128-128-20 network, 250 steps,
                 3 seeds, 100 epochs; stops at validation naming config.data.data_dir when the files are
