@@ -9,12 +9,12 @@ the input noise (Eq. 13-14).
 Variants:
   default       temporal-order spike digits (64 channels, 100 steps, 10 classes in time-reversed pairs),
                 a 64-128-10 feed-forward DGN and the same network with LIF neurons, one seed each, 600
-                Adam steps, both tested on every perturbation and PGD at eps 0.01; the Eq. 13-14 variance
-                check. 5.1 min wall on a 2-core machine shared at load ~12 (49 s user CPU).
+                Adam steps, both tested on every perturbation and FGSM / BIM / PGD at eps 0.01; the variance
+                check. 5.1 min wall at load ~12 (49 s user CPU) with PGD alone.
   study         experiments/study.py: LIF, DGN, s-DGN and a parameter-matched LIF (128 -> 256 hidden)
                 with 3 vmapped seeds each, the phi = sigmoid ablation, LIF and DGN on MNIST-1D-style
-                population-coded spikes, PGD attacks, spike counts; the variance check. 7 arms; 59 min
-                wall on the shared 2-core machine at load ~13 (9.4 min user CPU).
+                population-coded spikes, FGSM / BIM / PGD, spike counts; the variance check. 7 arms; 59 min
+                wall at load ~13 (9.4 min user CPU) with PGD alone; BIM adds about as much again.
   gpu           paper scale: Spiking Heidelberg Digits (700 channels, 20 classes; shd_train.h5 and
                 shd_test.h5 under --config.data.data_dir), a recurrent 700-128-128-20 network, 250 steps,
                 3 seeds, 100 epochs; stops at validation naming config.data.data_dir when the files are
@@ -97,19 +97,21 @@ def _eval(variant: str) -> ml_collections.ConfigDict:
   e.subtractive_probs = (0.1, 0.2, 0.3, 0.5, 0.7)  # each spike deleted w.p. p
   e.mixed_probs = ((0.01, 0.1), (0.02, 0.2), (0.05, 0.3))  # (p_add, p_delete)
   e.jitter_sigmas = (1.0, 2.0, 4.0)  # spikes moved by round(N(0, sigma^2)) steps
-  # L-inf PGD on inputs relaxed to [0, 1] (surrogate gradients through the network); () = none. Every
-  # bin may move by eps, so eps = 0.05 over 100 x 64 bins already breaks LIF and DGN alike.
-  e.pgd_epsilons = (0.01,)
-  e.pgd_steps = 10
-  e.pgd_step_scale = 2.5  # step size = scale * eps / steps
-  e.pgd_examples = 250  # the first test examples attacked (PGD costs pgd_steps backward passes)
+  # L-inf gradient attacks (core.attacks) on inputs relaxed to [0, 1], through the surrogate
+  # gradients; () = none. Every bin may move by eps, so eps = 0.05 over 100 x 64 bins already breaks
+  # LIF and DGN alike.
+  e.attacks = ("fgsm", "bim", "pgd")  # PGD = BIM from a random start in the eps-ball
+  e.attack_epsilons = (0.01,)
+  e.attack_steps = 10  # BIM and PGD iterations (FGSM: one step of eps)
+  e.attack_step_scale = 2.5  # BIM / PGD step size = scale * eps / steps
+  e.attack_examples = 250  # the first test examples attacked (BIM / PGD: steps backward passes)
   e.chunk = 250  # test examples per jitted evaluation call
   e.num_train_examples = 1000  # train subset for train_accuracy
   if variant in ("study", "gpu", "gpu_tidigits"):
-    e.pgd_epsilons = (0.005, 0.01, 0.02)
+    e.attack_epsilons = (0.005, 0.01, 0.02)
   if variant in ("gpu", "gpu_tidigits"):
     e.chunk = 256
-    e.pgd_examples = 2048
+    e.attack_examples = 2048
   return e
 
 
@@ -123,7 +125,10 @@ def _stability() -> ml_collections.ConfigDict:
   s.stds = (0.3, 0.2, 0.1)  # sigma_i
   s.g_l = 1.0
   s.conductance_scales = (0.0, 0.5, 1.0, 2.0, 4.0)  # C = scale * conductances; 0 is LIF
-  s.dt = 1e-3  # Euler-Maruyama
+  # steps of the neuron's update: at 1e-3 the clip of phi binds in ~40% of the steps (the neuron leaves
+  # the SDE); at 0.2 it never binds for scales <= 1, and the update's exact variance is known
+  s.dts = (1e-3, 0.05, 0.2)
+  s.unclipped_tolerance = 1e-3  # cells with at most this clipped fraction count as "theory applies"
   s.num_steps = 20_000
   s.burn_in = 5_000
   s.num_chains = 256

@@ -17,12 +17,15 @@ Variants:
   default  toys + llc + digits at CPU size: ~3 minutes on 2 CPU cores.
   study    experiments/study.py runs four arms (toys + llc at full CPU size, digits with SGD at three
            learning rates, digits with Adam, moons); ~15 minutes on an idle 2-core machine.
+  sweep    the study's toys arm and the late-stage exponent sweep: toys A and B at every learning
+           rate x batch size x label noise of `config.study.sweep_*` (s < 1/2 sought).
   gpu      paper scale on one accelerator: 65536 chains per group and 20k steps on the toys (the study
            sweeps n in {1e2, 1e3, 1e4}), the paper's MNIST fully connected nets from a prepared tfds
            `--config.digits.data_dir` (never downloaded), 1024 moons nets.
 
   python experiments/train.py --config=configs/sgd_porous.py --workdir=runs/sgd_porous
   python experiments/study.py --config=configs/sgd_porous.py:study --workdir=runs/sgd_porous_study
+  python experiments/study.py --config=configs/sgd_porous.py:sweep --workdir=runs/sgd_porous_sweep
   python experiments/bench_chains.py --config=configs/sgd_porous.py
 """
 
@@ -30,17 +33,19 @@ import ml_collections
 
 from configs import common
 
-VARIANTS = ("default", "study", "gpu")
+VARIANTS = ("default", "study", "sweep", "gpu")
 
 
 def toys_config() -> ml_collections.ConfigDict:
   t = ml_collections.ConfigDict()
   t.models = ("R", "A", "A0", "B")
-  t.n = 1000  # samples of y = x c + eps
+  t.n = 1000  # samples of y = x c + noise_std eps
+  t.noise_std = 1.0  # label noise: scales every per-sample gradient's noise (and n L_n)
   t.data_seed = 0
   t.orthogonal_noise = True  # eps projected off x: the empirical minimum set is the population's
   t.box = 3.0  # prior Uniform[-box, box]^2; chains are clipped to it
   t.chains = 1024  # chains per group (SGD per learning rate, SGLD per initialisation)
+  t.blocks = 8  # equal chain blocks per group: intervals (95%, Student t) over independent blocks
   t.steps = 6000  # iterations per chain
   t.burn_in = 2000  # iterations before histograms and displacements start
   t.thin = 10  # iterations between histogram records
@@ -57,7 +62,9 @@ def toys_config() -> ml_collections.ConfigDict:
   t.subdivisions = 8  # midpoint-rule points per bin and axis for the exact posterior masses
   t.coarse = 401  # grid over the whole box for the mass outside R's window
   t.regular_half_width = 0.15  # R's window around c (its posterior is a narrow Gaussian)
-  t.temperatures = (1e-3, 1e3, 121)  # (lo, hi, odd count) log-spaced grid for T* fits
+  t.temperatures = (1e-3, 1e3, 121)  # (lo, hi, odd count) log-spaced grid for T* fits (12% steps)
+  t.refine_points = 81  # T* refined on this many points over 2 grid steps either side (0.6% steps)
+  t.xi = 0.5  # coarse-graining scale of D_xi = xi^(2 - 1/s) (the paper's moons choice)
   t.num_lags = 24  # geometric displacement lags
   t.init_resolution = 1201  # grid of the exact draws that start "posterior" SGLD chains
   return t
@@ -149,13 +156,21 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.study = ml_collections.ConfigDict()
   config.study.toy_sizes = ()  # extra toys arms at these n (occupancy scaling n^(1/2 - 1/4))
   config.study.adam_learning_rates = (1e-4, 1e-3)  # the digits_adam arm's late-stage rates
+  # arms of the study, a subset of methods.sgd_porous.study.ARM_SETS
+  config.study.arms = ("toys", "toy_sizes", "digits_sgd", "digits_adam", "moons")
+  # the "sweep" arms: one per label-noise std, each every toy x learning rate x batch size below
+  config.study.sweep_models = ("A", "B")
+  config.study.sweep_learning_rates = (0.005, 0.01, 0.02, 0.04)
+  config.study.sweep_batch_sizes = (8, 64)
+  config.study.sweep_noise_stds = (1.0, 3.0)
+  config.study.sweep_chains = 1024
   config.loop = common.loop_config(log_every=1, checkpoint_every=5)
   # Chains are state, not batch: "fsdp" splits every leaf of >= fsdp_min_size elements along its
   # largest axis divisible by the device count, which is the chain axis of the chain arrays.
   common.add_parallelism(config, sharding="fsdp")
   config.fsdp_min_size = 512
 
-  if variant == "study":
+  if variant in ("study", "sweep"):
     config.toys.chains = 2048
     config.toys.steps = 10_000
     config.toys.learning_rates = (0.02, 0.005)
@@ -165,6 +180,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.digits.seeds = 2
     config.digits.steps = 10_000
     config.digits.llc_every = 2000
+  if variant == "sweep":  # the D1 toys arm and the exponent sweep only (no digits, no moons)
+    config.study.arms = ("toys", "sweep")
 
   if variant == "gpu":
     config.experiments = ("toys", "llc", "digits", "moons")

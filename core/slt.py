@@ -375,7 +375,9 @@ def tempering_fits(h, masses, temperatures, valley_of_cell, num_valleys: int) ->
   masses; `kl_access`, the same with each posterior also restricted to the cells the chains reached
   (the paper's accessibility constraint), and `accessible_mass`, the Bayes posterior's (T = 1 when
   in the grid, else the closest) mass on those cells. `kl_valley` and `kl_access` can only be <=
-  `kl_star`: they have more freedom, by construction.
+  `kl_star`, and `kl_access <= kl_valley`: each has more freedom than the one before, by
+  construction, so they are diagnostics of where the misfit sits, never evidence for the paper's
+  accessibility claim.
   """
   h = np.asarray(h, np.float64)
   t_star, kl_star, _ = best_temperature(h, masses, temperatures)
@@ -396,6 +398,43 @@ def tempering_fits(h, masses, temperatures, valley_of_cell, num_valleys: int) ->
   bayes = masses[int(np.argmin(np.abs(np.log(temperatures))))]
   out["accessible_mass"] = float(np.sum(bayes[reached]))
   return out
+
+
+def refine_temperature(h, temperatures, masses) -> tuple[float, float, tuple[float, float]]:
+  """`(T*, KL(h || p_T*), (lo, hi))` on a fine grid `temperatures` (increasing) with posterior cell
+  masses `masses` `(len(temperatures), cells)`, e.g. geometric points around a coarse grid's T*; the
+  bracket `(lo, hi)` is the fine grid's neighbours of T*, which hold the minimum of a unimodal KL
+  curve (T* itself is known to within that bracket, no better)."""
+  kls = np.array([kl_divergence(h, row) for row in np.asarray(masses, np.float64)])
+  i, last = int(np.argmin(kls)), len(temperatures) - 1
+  lo, hi = temperatures[max(i - 1, 0)], temperatures[min(i + 1, last)]
+  return float(temperatures[i]), float(kls[i]), (float(lo), float(hi))
+
+
+def block_interval(values, level: float = 0.95) -> tuple[float, float]:
+  """`(mean, half-width)` of a Student-t interval over independent blocks (chain blocks or seeds);
+  NaN values are dropped, and the half-width is NaN with fewer than two left."""
+  from scipy import stats
+
+  values = np.asarray(values, np.float64)
+  values = values[np.isfinite(values)]
+  if values.size < 2:
+    return (float(values.mean()) if values.size else float("nan")), float("nan")
+  half = stats.t.ppf(0.5 + level / 2, values.size - 1) * values.std(ddof=1) / np.sqrt(values.size)
+  return float(values.mean()), float(half)
+
+
+def tempered_histogram(h, exponent: float) -> np.ndarray:
+  """SGD's own distribution tempered by `exponent`, `h^exponent / Z` (cells where h = 0 stay 0).
+
+  The paper's local posterior `p(w | X_m) = rho(w) p_s(w)^(m D_xi) / Z` (Sec. 3) with a uniform prior:
+  if `h ∝ exp(-n L / T)`, then `h^T` is the Bayes posterior `exp(-n L)`, so the exponent that makes
+  SGD Bayesian is SGD's temperature."""
+  h = np.asarray(h, np.float64)
+  on = h > 0
+  log_h = np.where(on, np.log(np.where(on, h, 1.0)), -np.inf) * exponent
+  out = np.where(on, np.exp(log_h - log_h[on].max()), 0.0)
+  return out / out.sum()
 
 
 def valley_masses(dist, valley_of_cell, num_valleys: int) -> np.ndarray:
@@ -519,8 +558,19 @@ def spectral_dimension(llc, slope):
 
 def porous_diffusion_coefficient(xi: float, slope):
   """`D_xi = xi^(2 - 2 lambda / d_s) = xi^(2 - 1/s)`: the diffusion coefficient of a walk with
-  `R ∝ t^s` coarse-grained at scale xi (Sec. 3; `d_walk = 1/s`)."""
-  return np.power(xi, 2.0 - 1.0 / np.asarray(slope, np.float64))
+  `R ∝ t^s` coarse-grained at scale xi (Sec. 3; `d_walk = 1/s`): `xi^2 / t_xi` for the time
+  `t_xi = xi^(1/s)` at which a walk with `R(t) = t^s` reaches `R = xi`. NaN for `s <= 0`."""
+  slope = np.asarray(slope, np.float64)
+  positive = slope > 0
+  return np.where(positive, np.power(xi, 2.0 - 1.0 / np.where(positive, slope, 1.0)), np.nan)
+
+
+def porous_temperature(xi: float, slope, n: int, drift: float):
+  """The temperature the paper's steady state `p_s ∝ exp(-gamma L_m / D_xi)` (Sec. 3) puts on
+  `exp(-n L_n / T)`: `T_xi = n D_xi / gamma`, with `gamma` the drift per unit time (for SGD counted
+  in steps, `gamma = eta`; the paper's `gamma = 1` reading is `drift = 1`). `D_xi` is in the walk's
+  own units (`R(t) = t^s` with t in steps)."""
+  return n * porous_diffusion_coefficient(xi, slope) / drift
 
 
 # ---------------------------------------------------------------------------------------------------

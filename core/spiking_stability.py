@@ -17,13 +17,20 @@ scaling", `G_0 > g_l`) and the noise is partly cancelled ("noise compensation", 
 Without linearising, the multiplicative noise `-sigma_C V dB` (`sigma_C = sum_i sigma_i C_i`) adds
 itself to the variance's balance, `d Var/dt = -2 G_0 Var + (b - sigma_C V_ss)^2 + sigma_C^2 Var`, so
 the exact stationary variance is `(b - sigma_C V_ss)^2 / (2 G_0 - sigma_C^2)` (`ito_variance`, ours):
-Eq. 13 is its small-noise limit. `simulate_variance` integrates the SDE by Euler-Maruyama.
+Eq. 13 is its small-noise limit. `neuron_moments` drives the network's own neuron
+(`core.nn.spiking.membrane_scan`) with these inputs; its update is Euler-Maruyama for the SDE except
+that `phi` clips the decay to [0, 1]. With conductance noise the unclipped decay
+`1 - G_0 dt - sqrt(dt) sigma_C xi` exceeds 1 whenever `xi < -G_0 sqrt(dt) / sigma_C`, which at small dt
+is almost half the steps: the clip then adds leak, and the neuron's mean falls well below `V_ss` (the
+theory no longer describes it). `discrete_variance` is the exact variance of the unclipped update.
 """
 
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+
+from core.nn import spiking
 
 
 def total_conductance(c: jax.Array, mu: jax.Array, g_l: float) -> jax.Array:
@@ -58,28 +65,53 @@ def ito_variance(w, c, mu, sigma, g_l: float) -> jax.Array:
   )
 
 
-def simulate_variance(
+def discrete_variance(w, c, mu, sigma, g_l: float, dt: float) -> jax.Array:
+  """The exact stationary variance of the neuron's own update (Eq. 6-7 without threshold) driven by
+  `D_i^t = mu_i + sigma_i xi^t / sqrt(dt)` (shared `xi^t ~ N(0, 1)`), when `phi` never clips:
+  `V^t - V_ss = (a - e xi)(V^{t-1} - V_ss) + (f - e V_ss) xi` with `a = 1 - G_0 dt`,
+  `e = sqrt(dt) sigma_C`, `f = sqrt(dt) sum_i sigma_i W_i`, so
+  `Var = (f - e V_ss)^2 / (1 - a^2 - e^2) = (b - sigma_C V_ss)^2 / (2 G_0 - sigma_C^2 - G_0^2 dt)`
+  (`ito_variance` as dt -> 0; Eq. 13 as also sigma_C -> 0)."""
+  g0, v_ss = total_conductance(c, mu, g_l), steady_state(w, c, mu, g_l)
+  sigma_c = jnp.dot(sigma, c)
+  denominator = 2 * g0 - sigma_c**2 - g0**2 * dt
+  return jnp.where(
+    denominator > 0, (jnp.dot(sigma, w) - sigma_c * v_ss) ** 2 / denominator, jnp.inf
+  )
+
+
+def neuron_moments(
   key: jax.Array,
   w: jax.Array,
   c: jax.Array,
   mu: jax.Array,
   sigma: jax.Array,
   g_l: float,
-  dt: float = 1e-3,
+  dt: float,
   num_steps: int = 20_000,
   num_chains: int = 256,
   burn_in: int = 5_000,
-) -> jax.Array:
-  """Variance of `V` from Euler-Maruyama on `num_chains` independent chains started at `V_ss`,
-  pooling every step after `burn_in` (Ito, shared noise across inputs as in Eq. 13-14)."""
-  g0, v_ss = total_conductance(c, mu, g_l), steady_state(w, c, mu, g_l)
-  drive, noise_w, noise_c = jnp.dot(w, mu), jnp.dot(sigma, w), jnp.dot(sigma, c)
+  phi: str = "clip",
+) -> dict[str, jax.Array]:
+  """Drive the network's neuron (`core.nn.spiking.membrane_scan`, Eq. 5-8) with the noisy inputs of
+  Eq. 13-14 and measure its stationary membrane: `mean` and `variance` of `V^t` pooled over
+  `num_chains` chains and the steps after `burn_in`, and `clipped_fraction`, the fraction of steps
+  where `phi` clipped the decay `1 - g_l dt - G^t` (above 1 or below 0), where the neuron leaves the
+  SDE behind Eq. 13.
 
-  def step(v, db):
-    v = v + (drive - g0 * v) * dt + (noise_w - noise_c * v) * db
-    return v, v
-
-  increments = jnp.sqrt(dt) * jax.random.normal(key, (num_steps, num_chains))
-  _, path = jax.lax.scan(step, jnp.full((num_chains,), v_ss), increments)
-  kept = path[burn_in:]
-  return jnp.mean((kept - kept.mean()) ** 2)
+  The traces are `D_i^t = mu_i + sigma_i xi^t / sqrt(dt)` with one shared `xi^t ~ N(0, 1)` per step
+  (white noise of unit intensity over a step); the threshold is out of reach (Eq. 13-14 ignore
+  spiking). With `phi` the identity this is Euler-Maruyama for the SDE of the module docstring.
+  """
+  neuron = spiking.NeuronConfig(dt=dt, g_l=g_l, threshold=1e30, phi=phi)
+  xi = jax.random.normal(key, (num_chains, num_steps, 1))
+  trace = mu + sigma * xi / jnp.sqrt(dt)  # [chains, steps, inputs]
+  current, conductance = dt * trace @ w[:, None], dt * trace @ c[:, None]
+  _, v = spiking.membrane_scan(current, conductance, neuron)
+  unclipped = 1.0 - g_l * dt - conductance[:, burn_in:]
+  kept = v[:, burn_in:, 0]
+  return {
+    "mean": kept.mean(),
+    "variance": jnp.mean((kept - kept.mean()) ** 2),
+    "clipped_fraction": jnp.mean((unclipped > 1.0) | (unclipped < 0.0)),
+  }

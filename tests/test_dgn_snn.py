@@ -6,9 +6,11 @@ import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from configs import dgn_snn as dgn_config
+from core import attacks
 from core import spiking_stability as stability
 from core.data import spikes as spike_data
 from core.nn import spiking
@@ -126,23 +128,110 @@ def test_pallas_scan_matches_the_sequential_scan():
 # ---------------------------------------------------------------------------------------------------
 
 
-def test_variance_formulas_against_simulation():
-  w, c = jnp.array([0.8, 0.5, -0.3]), jnp.array([0.5, 0.3, 0.2])
-  mu, sigma, g_l = jnp.array([1.0, 0.8, 0.5]), jnp.array([0.3, 0.2, 0.1]), 1.0
-  simulate = jax.jit(
-    lambda key, c: stability.simulate_variance(
-      key, w, c, mu, sigma, g_l, num_steps=8000, num_chains=512, burn_in=3000
+STABILITY = dict(
+  w=jnp.array([0.8, 0.5, -0.3]),
+  c=jnp.array([0.5, 0.3, 0.2]),
+  mu=jnp.array([1.0, 0.8, 0.5]),
+  sigma=jnp.array([0.3, 0.2, 0.1]),
+  g_l=1.0,
+)
+
+
+def _neuron(key, c, dt, steps=6000, chains=512, burn_in=1000):
+  s = STABILITY
+  run = jax.jit(
+    lambda key, c: stability.neuron_moments(
+      key, s["w"], c, s["mu"], s["sigma"], s["g_l"], dt, steps, chains, burn_in
     )
   )
-  dgn = float(simulate(jax.random.key(0), c))
-  lif = float(simulate(jax.random.key(1), jnp.zeros(3)))
-  assert dgn == pytest.approx(float(stability.ito_variance(w, c, mu, sigma, g_l)), rel=0.08)
-  assert dgn == pytest.approx(float(stability.dgn_variance(w, c, mu, sigma, g_l)), rel=0.1)
-  assert lif == pytest.approx(float(stability.lif_variance(w, sigma, g_l)), rel=0.08)
-  assert float(stability.dgn_variance(w, jnp.zeros(3), mu, sigma, g_l)) == pytest.approx(
-    float(stability.lif_variance(w, sigma, g_l)), rel=1e-6
+  return {k: float(v) for k, v in run(key, c).items()}
+
+
+def test_network_neuron_has_the_exact_variance_of_its_update_where_phi_does_not_clip():
+  """At dt = 0.25 the clip never binds for C = 0.8 C0: the neuron's mean is V_ss and its variance
+  the exact variance of the unclipped update, which lies above Eq. 13 by the O(dt) term."""
+  s, dt = STABILITY, 0.25
+  c = 0.8 * s["c"]
+  args = (s["w"], c, s["mu"], s["sigma"], s["g_l"])
+  out = _neuron(jax.random.key(0), c, dt)
+  assert out["clipped_fraction"] < 1e-3
+  assert out["mean"] == pytest.approx(float(stability.steady_state(*args[:3], s["g_l"])), rel=0.01)
+  exact = float(stability.discrete_variance(*args, dt))
+  assert out["variance"] == pytest.approx(exact, rel=0.04)
+  assert exact > 1.15 * float(stability.dgn_variance(*args))
+  lif = _neuron(jax.random.key(1), jnp.zeros(3), dt)
+  assert lif["variance"] == pytest.approx(
+    float(stability.discrete_variance(s["w"], jnp.zeros(3), s["mu"], s["sigma"], 1.0, dt)), rel=0.04
   )
-  assert dgn < lif / 3  # leak scaling and noise compensation
+  assert out["variance"] < lif["variance"] / 3  # leak scaling and noise compensation
+
+
+def test_clipped_decay_takes_the_neuron_away_from_the_theory_at_small_dt():
+  """At dt = 2e-3 the unclipped decay exceeds 1 in ~40% of the steps for C = 1.5 C0; the clip adds
+  leak, so the mean falls far below V_ss, while LIF (no conductance noise) stays on Eq. 14."""
+  s = STABILITY
+  c = 1.5 * s["c"]
+  out = _neuron(jax.random.key(2), c, 2e-3, steps=4000, chains=256, burn_in=1000)
+  v_ss = float(stability.steady_state(s["w"], c, s["mu"], s["g_l"]))
+  assert out["clipped_fraction"] > 0.3 and out["mean"] < 0.7 * v_ss
+  lif = _neuron(jax.random.key(3), jnp.zeros(3), 2e-3, steps=4000, chains=256, burn_in=1000)
+  assert lif["clipped_fraction"] == 0.0
+  assert lif["mean"] == pytest.approx(float(s["w"] @ s["mu"]), rel=0.02)
+
+
+def test_variance_formulas_are_limits_of_each_other():
+  s = STABILITY
+  args = (s["w"], 2.0 * s["c"], s["mu"], s["sigma"], s["g_l"])
+  ito = float(stability.ito_variance(*args))
+  assert float(stability.discrete_variance(*args, 1e-6)) == pytest.approx(ito, rel=1e-5)
+  small = (s["w"], 2.0 * s["c"], s["mu"], 1e-3 * s["sigma"], s["g_l"])  # sigma_C -> 0
+  assert float(stability.ito_variance(*small)) == pytest.approx(
+    float(stability.dgn_variance(*small)), rel=1e-5
+  )
+  assert float(stability.dgn_variance(s["w"], jnp.zeros(3), s["mu"], s["sigma"], 1.0)) == (
+    pytest.approx(float(stability.lif_variance(s["w"], s["sigma"], 1.0)), rel=1e-6)
+  )
+
+
+# ---------------------------------------------------------------------------------------------------
+# Attacks
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_attacks_on_a_linear_loss_reach_the_corner_of_the_ball():
+  """For `loss = a . x` the best L-inf move is `eps sign(a)`, clipped to the box: FGSM in one step,
+  BIM in ceil(1 / scale) steps, PGD from any random start within the ball."""
+  a = jnp.array([1.0, -2.0, 0.5, -0.1])
+  x = jnp.array([0.5, 0.5, 0.98, 0.0])
+  loss = lambda xa: jnp.dot(a, xa)
+  eps = 0.1
+  corner = jnp.clip(x + eps * jnp.sign(a), 0.0, 1.0)
+  chex.assert_trees_all_close(attacks.fgsm(loss, x, eps), corner)
+  chex.assert_trees_all_close(attacks.bim(loss, x, eps, 4, 0.3 * eps), corner, atol=1e-6)
+  chex.assert_trees_all_close(attacks.pgd(loss, x, eps, 10, 0.25 * eps, jax.random.key(0)), corner)
+  partial = attacks.bim(loss, x, eps, 2, 0.3 * eps)  # two steps of 0.3 eps: not yet at the corner
+  chex.assert_trees_all_close(partial, jnp.clip(x + 0.6 * eps * jnp.sign(a), 0.0, 1.0), atol=1e-6)
+  with pytest.raises(ValueError, match="attack must be one of"):
+    attacks.attack("cw", loss, x, eps, 1, eps, None)
+
+
+def test_iterative_attacks_hurt_a_trained_network_at_least_as_much_as_fgsm():
+  net = network("dgn")
+  params = spiking.init_network(jax.random.key(11), net)
+  x = random_spikes(12, (16, 30, 12), rate=0.2)
+  y = jnp.argmax(spiking.apply_network(params, x, net).logits, -1)  # the net is right everywhere
+
+  def loss_of(xa):
+    logits = spiking.apply_network(params, xa, net).logits
+    return optax.softmax_cross_entropy_with_integer_labels(logits, y).sum()
+
+  losses = {
+    name: float(loss_of(attacks.attack(name, loss_of, x, 0.1, 5, 0.05, jax.random.key(13))))
+    for name in attacks.ATTACKS
+  }
+  clean = float(loss_of(x))
+  assert losses["fgsm"] > clean and losses["bim"] >= losses["fgsm"] * 0.999
+  assert losses["pgd"] > clean
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -186,7 +275,13 @@ def test_perturbations_are_identity_at_zero_and_scale_with_p():
   assert removed == pytest.approx(0.3 * spikes, rel=0.05)
   jittered = spike_data.jitter(key, x, 2.0)
   assert float(jittered.sum()) == pytest.approx(spikes, rel=0.1)
-  np.testing.assert_array_equal(jittered.sum(1) > 0, jittered.sum(1) > 0)
+  # spikes move in time only: a channel silent in an example stays silent after jitter
+  np.testing.assert_array_equal(np.asarray(jittered.sum(1))[np.asarray(x.sum(1)) == 0], 0.0)
+  # one spike per channel at t = 50: it moves by round(2 N(0, 1)), std sqrt(4 + 1/12)
+  single = jnp.zeros((64, 100, 64)).at[:, 50, :].set(1.0)
+  moved = jnp.argmax(spike_data.jitter(key, single, 2.0), axis=1) - 50
+  assert float(jnp.mean(moved)) == pytest.approx(0.0, abs=0.05)
+  assert float(jnp.std(moved)) == pytest.approx(math.sqrt(4 + 1 / 12), rel=0.03)
   assert float(jnp.abs(jittered - x).sum()) > 0
   np.testing.assert_array_equal(jittered.max(axis=1) <= 1, True)
 
@@ -230,13 +325,13 @@ def tiny_config(**changes):
     subtractive_probs=(0.3,),
     mixed_probs=((0.02, 0.2),),
     jitter_sigmas=(2.0,),
-    pgd_epsilons=(0.1,),
-    pgd_steps=2,
+    attack_epsilons=(0.1,),
+    attack_steps=2,
     chunk=12,
-    pgd_examples=8,
+    attack_examples=8,
     num_train_examples=16,
   )
-  config.stability.update(num_steps=400, burn_in=100, num_chains=8)
+  config.stability.update(num_steps=400, burn_in=100, num_chains=8, dts=(1e-3, 0.2))
   config.loop.update(log_every=1, checkpoint_every=2)
   for field, value in changes.items():
     section, name = field.split(".") if "." in field else (None, field)
@@ -247,18 +342,22 @@ def tiny_config(**changes):
 def test_default_run_reports_the_keys_and_compiles_each_step_once(tmp_path):
   summary = loop.run(tiny_config(), str(tmp_path))
   r = summary.results
-  for key in ("clean_accuracy", "robust_accuracy", "robust_accuracy_lif", "pgd_accuracy"):
+  keys = ("clean_accuracy", "robust_accuracy", "robust_accuracy_lif", "jitter_accuracy")
+  keys += ("fgsm_accuracy", "bim_accuracy", "pgd_accuracy", "adversarial_accuracy")
+  for key in keys:
     assert 0.0 <= r[key] <= 1.0, key
+  random = np.concatenate([r[f"accuracy_{f}"] for f in ("additive", "subtractive", "mixed")], 1)
+  assert r["robust_accuracy"] == pytest.approx(float(np.mean(random)))  # jitter kept apart
   assert np.shape(r["accuracy_additive"]) == (2, 1) and len(r["clean_accuracy_per_seed"]) == 2
   assert r["num_params"] == 2 * r["num_params_lif"]
   assert r["spikes_per_inference"] >= 0 and r["synaptic_ops_per_inference"] >= 0
-  assert len(r["variance_dgn_simulated"]) == 5 and r["variance_lif_formula"] > 0
+  assert np.shape(r["variance_neuron"]) == (2, 5) and r["variance_lif_formula"] > 0
   assert summary.step_traces == {"train": 1, "train_lif": 1, "stability": 0}
 
 
 @pytest.mark.slow  # resume is the loop's (test_loop.py); by default the smoke run above
 def test_interrupted_run_resumes_to_the_same_results(tmp_path):
-  config = tiny_config(compare_lif=False, **{"eval.pgd_epsilons": ()})
+  config = tiny_config(compare_lif=False, **{"eval.attack_epsilons": ()})
   config.stability.enabled = False
   whole = loop.run(config, str(tmp_path / "whole")).results
   with pytest.raises(loop.Interrupted):
@@ -337,27 +436,35 @@ def test_study_arms_and_report():
       "num_params": 100.0,
       "spikes_per_inference": 10.0,
       "synaptic_ops_per_inference": 1e3,
-      "accuracy_pgd": rng.random((3, 3)).tolist(),
-      "pgd_accuracy": 0.5,
+      "jitter_accuracy": clean,
+      "jitter_accuracy_per_seed": [clean] * 3,
+      "adversarial_accuracy": robust / 2,
+      "adversarial_accuracy_per_seed": [robust / 2] * 3,
     }
+    for attack in config.eval.attacks:
+      result[f"accuracy_{attack}"] = rng.random((3, 3)).tolist()
+      result[f"{attack}_accuracy"] = 0.5
     for family, strengths in dgn_phases.perturbation_grid(config).items():
       result[f"accuracy_{family}"] = np.full((3, len(strengths)), robust).tolist()
     return result
 
   results = {name: fake(0.9, 0.5 if "lif" in name else 0.8) for name in arms}
   results["dgn"] |= {
+    "variance_dts": [1e-3, 0.2],
     "variance_conductance_scales": [0.0, 1.0],
     "variance_dgn_formula": [1.0, 0.5],
     "variance_dgn_ito": [1.0, 0.52],
-    "variance_dgn_simulated": [1.01, 0.51],
+    "variance_neuron": [[1.01, 0.9], [1.1, 0.6]],
+    "variance_discrete": [[1.0, 0.52], [1.1, 0.6]],
     "variance_lif_formula": 1.0,
-    "variance_lif_simulated": 1.01,
-    "variance_formula_max_relative_error": 0.02,
-    "variance_ito_max_relative_error": 0.02,
+    "variance_unclipped_cells": 3.0,
+    "variance_discrete_max_relative_error": 0.02,
   }
   report = dgn_study.report(config, results)
   assert [row["arm"] for row in report.rows] == list(arms)
   assert report.summary["robust_gain_dgn_over_lif"] == pytest.approx(0.3)
+  assert report.summary["adversarial_gain_dgn_over_lif"] == pytest.approx(0.15)
+  assert report.rows[1]["jitter %"] != report.rows[1]["robust %"]
   assert report.summary["dgn_above_lif_in_every_condition"] is True
   assert "dgn_snn_study" in report.figures
   assert math.isclose(report.summary["spike_ratio_dgn_over_lif"], 1.0)

@@ -22,13 +22,14 @@ import numpy as np
 
 
 def toy_regression(
-  coefficients, n: int, seed: int, orthogonal_noise: bool = True
+  coefficients, n: int, seed: int, orthogonal_noise: bool = True, noise_std: float = 1.0
 ) -> dict[str, np.ndarray]:
-  """`{"x": (n, k) float32, "y": (n,) float32}` with `y = x c + eps` for `c = coefficients` (length k)."""
+  """`{"x": (n, k) float32, "y": (n,) float32}` with `y = x c + noise_std eps`, `eps ~ N(0, 1)`, for
+  `c = coefficients` (length k)."""
   c = np.asarray(coefficients, np.float64)
   rng = np.random.default_rng(seed)
   x = rng.standard_normal((n, c.size))
-  eps = rng.standard_normal(n)
+  eps = noise_std * rng.standard_normal(n)
   if orthogonal_noise:
     eps -= x @ np.linalg.lstsq(x, eps, rcond=None)[0]
   return {"x": x.astype(np.float32), "y": (x @ c + eps).astype(np.float32)}

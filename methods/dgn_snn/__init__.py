@@ -9,7 +9,9 @@ robustness tables), which the stationary-variance analysis explains (Eq. 13-14).
 Map to the paper:
   `core/nn/spiking.py`        neurons (Eq. 3-8: continuous model, discrete update, LIF / DGN / s-DGN),
                               surrogate-gradient spike, feed-forward and recurrent layers, leaky readout.
-  `core/spiking_stability.py` Eq. 13-14 and an Euler-Maruyama simulation of the same SDE.
+  `core/spiking_stability.py` Eq. 13-14, the exact variances of the SDE and of the neuron's update,
+                              and the network's neuron driven by the noisy inputs of Eq. 13-14.
+  `core/attacks.py`           FGSM, BIM and PGD (L-inf, inputs relaxed to [0, 1]).
   `core/data/spikes.py`       temporal-order spike digits, MNIST-1D-style population-coded spikes, the
                               test-time perturbations, SHD / TIDIGITS event readers.
   `phases.py`                 phases: `train` (the configured neuron), `train_lif` (LIF baseline, results
@@ -17,10 +19,12 @@ Map to the paper:
   `study.py`                  the study: LIF, DGN, s-DGN, parameter-matched LIF; accuracy against
                               perturbation strength; spike counts; the variance check; the figure.
 
-Results (`results.json`): `clean_accuracy`, `robust_accuracy` (mean accuracy over every perturbed
-condition: the paper's "overall robustness"), `accuracy_<family>` curves `[seed, strength]`,
-`pgd_accuracy`, `spikes_per_inference` and `synaptic_ops_per_inference` (the energy proxy), the same
-with `_lif` for the baseline, and `variance_*` of the Eq. 13-14 check.
+Results (`results.json`): `clean_accuracy`, `robust_accuracy` (mean accuracy over the random spike
+perturbations, insertion, deletion and mixed: the paper's "overall robustness"), `jitter_accuracy`
+(apart), `accuracy_<family>` curves `[seed, strength]`, `fgsm_accuracy`, `bim_accuracy`,
+`pgd_accuracy` and their mean `adversarial_accuracy` (`core/attacks.py`), `spikes_per_inference`
+and `synaptic_ops_per_inference` (the energy proxy), the same with `_lif` for the baseline, and
+`variance_*` of the Eq. 13-14 check.
 
 Choices where the paper is open are listed in `core/nn/spiking.py`; here: cross-entropy on the
 time-averaged readout potential, Adam with warmup-cosine decay and global-norm clipping, and a LIF
@@ -34,6 +38,7 @@ import os
 
 import ml_collections
 
+from core import attacks
 from core.data import spikes as spike_data
 from core.nn import spiking
 from methods.base import Method, require, require_choice, require_positive_int
@@ -115,12 +120,17 @@ def _validate_eval(config: ml_collections.ConfigDict) -> None:
     f"must be (p_add, p_delete) pairs, got {tuple(e.mixed_probs)}",
   )
   require(all(s >= 0 for s in e.jitter_sigmas), "eval.jitter_sigmas", "must be >= 0")
-  require(all(v > 0 for v in e.pgd_epsilons), "eval.pgd_epsilons", "must be positive")
+  require(all(v > 0 for v in e.attack_epsilons), "eval.attack_epsilons", "must be positive")
+  unknown = sorted(set(e.attacks) - set(attacks.ATTACKS))
+  require(not unknown, "eval.attacks", f"unknown {unknown}; choose from {attacks.ATTACKS}")
   conditions = sum(len(e[f]) for f in ("additive_probs", "subtractive_probs", "mixed_probs"))
-  require(
-    conditions + len(e.jitter_sigmas) > 0, "eval.additive_probs", "no perturbed condition left"
-  )
-  for field in ("eval.chunk", "eval.num_train_examples", "eval.pgd_steps", "eval.pgd_examples"):
+  require(conditions > 0, "eval.additive_probs", "no random perturbation left for robust_accuracy")
+  for field in (
+    "eval.chunk",
+    "eval.num_train_examples",
+    "eval.attack_steps",
+    "eval.attack_examples",
+  ):
     require_positive_int(config, field)
 
 
@@ -130,7 +140,11 @@ def _validate_stability(config: ml_collections.ConfigDict) -> None:
   for field in ("conductances", "means", "stds"):
     require(len(s[field]) == n, f"stability.{field}", f"needs {n} values (one per weight)")
   require(s.g_l > 0, "stability.g_l", "must be positive")
-  require(s.dt > 0, "stability.dt", "must be positive")
+  require(
+    len(s.dts) > 0 and all(0 < dt < 1 / s.g_l for dt in s.dts),
+    "stability.dts",
+    f"need steps in (0, 1 / g_l) so that the leak 1 - g_l dt is a decay, got {tuple(s.dts)}",
+  )
   for field in ("stability.num_steps", "stability.num_chains"):
     require_positive_int(config, field)
   require(0 <= s.burn_in < s.num_steps, "stability.burn_in", "must lie in [0, stability.num_steps)")

@@ -41,6 +41,8 @@ def validate(config: ml_collections.ConfigDict) -> None:
     "experiments",
     f"need a non-empty subset of {EXPERIMENTS}, got unknown {unknown}",
   )
+  unknown_arms = sorted(set(config.study.arms) - set(study.ARM_SETS))
+  require(not unknown_arms, "study.arms", f"unknown {unknown_arms}; choose from {study.ARM_SETS}")
   toys.validate(config, require, require_positive_int)
   nets.validate(config, require, require_positive_int, require_choice)
 

@@ -16,34 +16,61 @@ import numpy as np
 
 from core import slt
 from methods.base import Report, with_changes
-from methods.reports import figure_grid, markdown_table
+from methods.reports import figure_grid, interval_cell, markdown_table
 from methods.sgd_porous import toys
+
+ARM_SETS = ("toys", "toy_sizes", "digits_sgd", "digits_adam", "moons", "sweep")
+
+
+def sweep_arm_name(noise_std: float) -> str:
+  return f"sweep_noise{noise_std:g}"
 
 
 def study_arms(config):
-  arms = [("toys", with_changes(config, experiments=("toys", "llc")))]
-  for n in config.study.toy_sizes:
-    arms.append((f"toys_n{n}", with_changes(config, experiments=("toys",), toys__n=n)))
-  arms.append(
-    ("digits_sgd", with_changes(config, experiments=("digits",), digits__optimizer="sgd"))
-  )
-  arms.append(
-    (
-      "digits_adam",
-      with_changes(
-        config,
-        experiments=("digits",),
-        digits__optimizer="adam",
-        digits__learning_rates=tuple(config.study.adam_learning_rates),
-      ),
+  """The arms of `config.study.arms` (a subset of `ARM_SETS`, in that order)."""
+  chosen, st = set(config.study.arms), config.study
+  arms = []
+  if "toys" in chosen:
+    arms.append(("toys", with_changes(config, experiments=("toys", "llc"))))
+  if "toy_sizes" in chosen:
+    for n in st.toy_sizes:
+      arms.append((f"toys_n{n}", with_changes(config, experiments=("toys",), toys__n=n)))
+  if "digits_sgd" in chosen:
+    arms.append(
+      ("digits_sgd", with_changes(config, experiments=("digits",), digits__optimizer="sgd"))
     )
-  )
-  arms.append(("moons", with_changes(config, experiments=("moons",))))
+  if "digits_adam" in chosen:
+    arms.append(
+      (
+        "digits_adam",
+        with_changes(
+          config,
+          experiments=("digits",),
+          digits__optimizer="adam",
+          digits__learning_rates=tuple(st.adam_learning_rates),
+        ),
+      )
+    )
+  if "moons" in chosen:
+    arms.append(("moons", with_changes(config, experiments=("moons",))))
+  if "sweep" in chosen:
+    for noise in st.sweep_noise_stds:
+      arm = with_changes(
+        config,
+        experiments=("toys",),
+        toys__models=tuple(st.sweep_models),
+        toys__learning_rates=tuple(st.sweep_learning_rates),
+        toys__batch_sizes=tuple(st.sweep_batch_sizes),
+        toys__sgld_inits=(),
+        toys__chains=st.sweep_chains,
+        toys__noise_std=noise,
+      )
+      arms.append((sweep_arm_name(noise), arm))
   return arms
 
 
 TOY_COLUMNS = (
-  ("t_star", "T*"),
+  ("t_star", "T* (grid)"),
   ("t_mandt", "T_Mandt"),
   ("kl_bayes", "KL(T=1)"),
   ("kl_star", "KL(T*)"),
@@ -67,7 +94,66 @@ def toy_rows(config, results: Mapping[str, float], arm: str = "toys") -> list[di
         row = {"arm": arm, "toy": model, "group": group.name}
         for key, column in TOY_COLUMNS:
           row[column] = results.get(prefix + key)
+        row.update(_refined_cells(results, prefix))
         rows.append(row)
+  return rows
+
+
+def _pm(results, name: str, digits: int = 3) -> str:
+  """`"mean ± half"` of a block interval, "-" when missing."""
+  mean, half = results.get(name + "_mean"), results.get(name + "_half")
+  return "-" if mean is None else interval_cell(mean, half, digits)
+
+
+def _refined_cells(results, prefix: str) -> dict:
+  """T* on the fine grid with its bracket, over chain blocks, and the paper's tempering of SGD's own
+  histogram: `KL(h^T / Z || p_1)` at T*, T_M, T_xi = n D_xi / eta and T_M D_xi (95% over blocks)."""
+  if prefix + "t_star_refined" not in results:
+    return {}
+  cells = {
+    "T* refined [bracket]": (
+      f"{results[prefix + 't_star_refined']:.4g} "
+      f"[{results[prefix + 't_star_lo']:.4g}, {results[prefix + 't_star_hi']:.4g}]"
+    ),
+    "T* over blocks": _pm(results, prefix + "t_star_blocks", 4),
+    "s (last decade, blocks)": _pm(results, prefix + "alpha_late"),
+  }
+  if prefix + "kl_tempered_star" in results:
+    cells["T_xi = n D_xi / eta"] = f"{results[prefix + 't_xi_tempering']:.3g}"
+    for name, label in (("star", "T*"), ("mandt", "T_M"), ("xi", "T_xi"), ("mandt_xi", "T_M D_xi")):
+      cells[f"KL(h^T || p_1), T = {label}"] = _pm(results, prefix + f"kl_tempered_{name}")
+  return cells
+
+
+SWEEP_COLUMNS = (("t_mandt", "T_Mandt"), ("alpha", "s (all lags)"), ("alpha_late_r2", "r2 (late)"))
+
+
+def sweep_rows(config, results) -> list[dict]:
+  """One row per sweep arm (label noise), toy, learning rate and batch size: the late-stage exponent
+  with its interval over chain blocks, `d_s = 2 lambda s` at the toy's known coefficient."""
+  rows = []
+  for name, arm_config in study_arms(config):
+    if not name.startswith("sweep_") or name not in results:
+      continue
+    r = results[name]
+    for model in arm_config.toys.models:
+      for b in toys.batch_sizes(arm_config):
+        for group in toys.groups_for(arm_config, b):
+          prefix = f"{model}_{group.name}_"
+          if prefix + "alpha_late_mean" not in r:
+            continue
+          mean, half = r[prefix + "alpha_late_mean"], r[prefix + "alpha_late_half"]
+          row = {
+            "noise std": arm_config.toys.noise_std,
+            "toy": model,
+            "eta": group.learning_rate,
+            "B": b,
+            "s (last decade)": interval_cell(mean, half),
+            "s < 1/2 (interval)": bool(mean + half < 0.5),
+          }
+          row.update({column: r.get(prefix + key) for key, column in SWEEP_COLUMNS})
+          row["d_s = 2 lambda s"] = 2 * slt.TOYS[model].llc * mean
+          rows.append(row)
   return rows
 
 
@@ -150,6 +236,8 @@ def _summary(config, results) -> dict:
       s[key] = t[key]
   if "t_star_regular" in t:
     s["regular_t_star_over_t_mandt"] = t["t_star_regular"] / t["t_mandt_regular"]
+    bracket = np.asarray(t["t_star_regular_bracket"]) / t["t_mandt_regular"]
+    s["regular_t_star_over_t_mandt_bracket"] = [round(float(v), 4) for v in bracket]
   for model in config.toys.models:
     if f"{model}_{head}_alpha" in t:
       s[f"alpha_{model}"] = t[f"{model}_{head}_alpha"]
@@ -208,6 +296,12 @@ def report(config, results: Mapping[str, Mapping[str, float]]) -> Report:
       )
   if "moons" in results:
     notes.append("D3 moons ensemble, cluster masses:\n\n" + _moons_table(config, results["moons"]))
+  sweep = sweep_rows(config, results)
+  if sweep:
+    notes.append(
+      "Late-stage exponent sweep on the toys (label noise x learning rate x batch size; 95% "
+      "intervals over chain blocks):\n\n" + markdown_table(sweep)
+    )
   return Report(
     rows=rows,
     summary=_summary(config, results),

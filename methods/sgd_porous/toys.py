@@ -91,6 +91,7 @@ def toy_data(config, model: str) -> dict[str, np.ndarray]:
     config.toys.n,
     config.toys.data_seed + list(slt.TOYS).index(model),
     config.toys.orthogonal_noise,
+    config.toys.noise_std,
   )
   table = slt.statistics_table(data["x"], data["y"])
   return {**data, "table": table, "stats": table.mean(0)}
@@ -114,21 +115,8 @@ def temperature_grid(config) -> np.ndarray:
 
 @cached_per_config(maxsize=16)
 def posterior_masses(config, model: str) -> np.ndarray:
-  """`(temperatures, cells)` bin masses of the exact tempered posteriors of `model`."""
-  t = config.toys
-  return np.asarray(
-    slt.posterior_bin_masses(
-      model,
-      jnp.asarray(toy_data(config, model)["stats"]),
-      t.n,
-      temperature_grid(config),
-      window_of(config, model),
-      t.box,
-      t.subdivisions,
-      t.coarse,
-    ),
-    np.float64,
-  )
+  """`(temperatures, cells)` bin masses of the exact tempered posteriors of `model` on the grid."""
+  return masses_at(config, model, temperature_grid(config))
 
 
 @cached_per_config(maxsize=16)
@@ -200,8 +188,8 @@ def init_chains(config, model: str, groups, rng, inputs=None):
     "w": w,
     "w_ref": w,
     "t": jnp.zeros((), jnp.int32),
-    "hist": jnp.zeros((len(groups), window.num_cells), jnp.int32),
-    "msd": jnp.zeros((len(groups), len(lags(config))), jnp.float32),
+    "hist": jnp.zeros((len(groups), t.blocks, window.num_cells), jnp.int32),
+    "msd": jnp.zeros((len(groups), t.blocks, len(lags(config))), jnp.float32),
   }
 
 
@@ -214,7 +202,8 @@ def chain_step(config, model: str, batch_size: int, groups, state, batch, rng):
   num_groups, chains = len(groups), t.chains
   lr = _per_chain(groups, chains, "learning_rate")
   noise = slt.sgld_noise_std(lr, t.n, _per_chain(groups, chains, "temperature"))
-  group_of_chain = jnp.repeat(jnp.arange(num_groups), chains)
+  rows = num_groups * t.blocks  # each group's chains split into `blocks` equal blocks
+  block_of_chain = jnp.repeat(jnp.arange(rows), chains // t.blocks)
 
   def iteration(w, key):
     return slt.toy_iteration(model, table, w, key, lr, noise, batch_size, t.box), None
@@ -222,17 +211,17 @@ def chain_step(config, model: str, batch_size: int, groups, state, batch, rng):
   def record(state, key):
     w = jax.lax.scan(iteration, state["w"], jax.random.split(key, t.thin))[0]
     step = state["t"] + t.thin
-    counts = slt.histogram(slt.bin_index(w, window), group_of_chain, num_groups, window.num_cells)
+    counts = slt.histogram(slt.bin_index(w, window), block_of_chain, rows, window.num_cells)
     w_ref = jnp.where(step == t.burn_in, w, state["w_ref"])
     moved = slt.along_valley(model, w) - slt.along_valley(model, w_ref)
-    msd = jnp.sum(moved**2, -1).reshape(num_groups, chains).mean(1)
+    msd = jnp.sum(moved**2, -1).reshape(num_groups, t.blocks, -1).mean(-1)
     hit = (step - t.burn_in) == lag_steps
     return {
       "w": w,
       "w_ref": w_ref,
       "t": step,
-      "hist": state["hist"] + (step > t.burn_in) * counts,
-      "msd": jnp.where(hit[None, :], msd[:, None], state["msd"]),
+      "hist": state["hist"] + (step > t.burn_in) * counts.reshape(num_groups, t.blocks, -1),
+      "msd": jnp.where(hit[None, None, :], msd[..., None], state["msd"]),
     }, None
 
   state = jax.lax.scan(record, state, jax.random.split(rng, t.records_per_call))[0]
@@ -266,12 +255,103 @@ def mandt_temperatures(config, model: str, lr: float, batch_size: int, w_final) 
   return out
 
 
+def masses_at(config, model: str, temperatures) -> np.ndarray:
+  """Exact posterior cell masses of `model` at any temperatures `(len, cells)`."""
+  t = config.toys
+  return np.asarray(
+    slt.posterior_bin_masses(
+      model,
+      jnp.asarray(toy_data(config, model)["stats"]),
+      t.n,
+      np.asarray(temperatures, np.float64),
+      window_of(config, model),
+      t.box,
+      t.subdivisions,
+      t.coarse,
+    ),
+    np.float64,
+  )
+
+
+def _normalised(counts) -> np.ndarray:
+  counts = np.asarray(counts, np.float64)
+  return counts / max(counts.sum(), 1.0)
+
+
+def _interval(out: dict, name: str, values) -> None:
+  """`name_mean` and `name_half` (95% Student-t half-width) over the chain blocks."""
+  out[f"{name}_mean"], out[f"{name}_half"] = slt.block_interval(values)
+
+
+def late_exponent(config, msd) -> tuple[float, float]:
+  """`(s, r^2)` of `RMS displacement ∝ lag^s` over the last decade of lags (the late stage)."""
+  lag_steps = lags(config)
+  late = lag_steps >= lag_steps[-1] / 10
+  slope2, _, r2 = slt.power_law_fit(lag_steps[late], np.asarray(msd)[late])
+  return 0.5 * slope2, r2
+
+
+def refined_temperatures(config, model: str, hists, t_grid: float) -> list[tuple]:
+  """`refine_temperature` of each histogram on `toys.refine_points` geometric points spanning two
+  steps of the coarse grid on either side of `t_grid` (one set of masses for all)."""
+  lo, hi, count = config.toys.temperatures
+  step = (hi / lo) ** (1.0 / (count - 1))
+  fine = np.geomspace(t_grid / step**2, t_grid * step**2, config.toys.refine_points)
+  masses = masses_at(config, model, fine)
+  return [slt.refine_temperature(h, fine, masses) for h in hists]
+
+
+def porous_tempering(config, model: str, group: Group, hists, exponents, t_star, t_mandt):
+  """The paper's tempering of SGD's own distribution (Sec. 3): `KL(h^T / Z || p_1)` for the
+  temperatures T of the fitted posterior (T*), Mandt's (T_M), the porous one from the walk's
+  exponent (`T_xi = n D_xi / eta`, `D_xi = xi^(2 - 1/s)`) and Mandt's rescaled by D_xi (`T_M D_xi`,
+  the reading in which D_xi corrects the microscopic diffusion coefficient). One value per entry of
+  `hists`, with its own exponent and T*."""
+  t, temperatures = config.toys, temperature_grid(config)
+  bayes = posterior_masses(config, model)[int(np.argmin(np.abs(np.log(temperatures))))]
+  out = {name: [] for name in ("star", "mandt", "xi", "mandt_xi")}
+  for h, s, ts in zip(hists, exponents, t_star, strict=True):
+    d_xi = float(slt.porous_diffusion_coefficient(t.xi, s))
+    chosen = {
+      "star": ts,
+      "mandt": t_mandt,
+      "xi": float(slt.porous_temperature(t.xi, s, t.n, group.learning_rate)),
+      "mandt_xi": t_mandt * d_xi,
+    }
+    for name, temperature in chosen.items():
+      ok = np.isfinite(temperature) and temperature > 0
+      kl = slt.kl_divergence(slt.tempered_histogram(h, temperature), bayes) if ok else np.nan
+      out[name].append((temperature, kl))
+  return out
+
+
+def tempered_floor(config, star, bayes, temperature: float, count: int, repeats: int = 4) -> float:
+  """`KL(h^T / Z || p_1)` for histograms `h` of `count` independent exact draws from `p_T*` (as many
+  as the SGD histogram's entries: a lower bound on its noise, since records of a chain correlate).
+  Tempering by T < 1 raises sparse bins, so sampling noise alone leaves this much."""
+  rng = np.random.default_rng(config.seed)
+  return float(
+    np.mean(
+      [
+        slt.kl_divergence(
+          slt.tempered_histogram(rng.multinomial(count, star / star.sum()) / count, temperature),
+          bayes,
+        )
+        for _ in range(repeats)
+      ]
+    )
+  )
+
+
 def group_metrics(config, model: str, group: Group, batch_size: int, hist, msd, w) -> dict:
-  """Every number of one chain group (keys without the model/group prefix)."""
+  """Every number of one chain group (keys without the model/group prefix). `hist` and `msd` are
+  per chain block `(blocks, ...)`; intervals are over the blocks (`*_mean`, `*_half`)."""
   window, temperatures = window_of(config, model), temperature_grid(config)
   masses, valleys = posterior_masses(config, model), valley_of_cells(config, model)
   num_valleys = len(slt.TOYS[model].valleys)
-  h = np.asarray(hist, np.float64) / max(np.sum(hist), 1)
+  block_h = [_normalised(b) for b in np.asarray(hist)]
+  h = _normalised(np.asarray(hist).sum(0))
+  msd_all = np.asarray(msd).mean(0)  # equal blocks: the mean over every chain
   bayes = masses[int(np.argmin(np.abs(np.log(temperatures))))]
   fits = slt.tempering_fits(h, masses, temperatures, valleys, num_valleys)
   star = masses[int(np.argmin(np.abs(temperatures - fits["t_star"])))]
@@ -288,17 +368,36 @@ def group_metrics(config, model: str, group: Group, batch_size: int, hist, msd, 
     m = slt.valley_masses(dist, valleys, num_valleys)
     if num_valleys == 2:
       out[f"occupancy_ratio_{name}"] = float(m[0] / max(m[1], 1e-300))
-  lag_steps = lags(config)
-  alpha2, _, r2 = slt.power_law_fit(lag_steps, msd)
-  late = lag_steps >= lag_steps[-1] / 10  # the last decade of lags
-  late_alpha2, _, late_r2 = slt.power_law_fit(lag_steps[late], np.asarray(msd)[late])
-  out.update(alpha=0.5 * alpha2, alpha_r2=r2, alpha_late=0.5 * late_alpha2, alpha_late_r2=late_r2)
+  alpha2, _, r2 = slt.power_law_fit(lags(config), msd_all)
+  late_alpha, late_r2 = late_exponent(config, msd_all)
+  out.update(alpha=0.5 * alpha2, alpha_r2=r2, alpha_late=late_alpha, alpha_late_r2=late_r2)
+  block_alpha = [late_exponent(config, m)[0] for m in np.asarray(msd)]
+  _interval(out, "alpha_late", block_alpha)
+  refined = refined_temperatures(config, model, [h, *block_h], fits["t_star"])
+  out["t_star_refined"], out["kl_star_refined"], (out["t_star_lo"], out["t_star_hi"]) = refined[0]
+  _interval(out, "t_star_blocks", [r[0] for r in refined[1:]])
   if group.temperature == 0.0:
     out.update(mandt_temperatures(config, model, group.learning_rate, batch_size, jnp.asarray(w)))
+    tempered = porous_tempering(
+      config,
+      model,
+      group,
+      [h, *block_h],
+      [late_alpha, *block_alpha],
+      [r[0] for r in refined],
+      out["t_mandt"],
+    )
+    out["d_xi"] = float(slt.porous_diffusion_coefficient(config.toys.xi, late_alpha))
+    entries = int(np.asarray(hist).sum())
+    out["kl_tempered_floor"] = tempered_floor(config, star, bayes, out["t_star_refined"], entries)
+    for name, rows in tempered.items():
+      out[f"t_{name}_tempering"], out[f"kl_tempered_{name}"] = rows[0]
+      _interval(out, f"kl_tempered_{name}", [kl for _, kl in rows[1:]])
   return out
 
 
 def group_arrays(config, model: str, index: int, chains: int, state) -> tuple:
+  """A group's `(hist (blocks, cells), msd (blocks, lags), final positions (chains, 2))`."""
   rows = slice(index * chains, (index + 1) * chains)
   return (
     np.asarray(state["hist"][index]),
@@ -313,7 +412,7 @@ def evaluate_chains(config, model: str, batch_size: int, groups, state) -> dict:
     hist, msd, w = group_arrays(config, model, i, config.toys.chains, state)
     metrics = group_metrics(config, model, group, batch_size, hist, msd, w)
     results.update({f"{model}_{group.name}_{k}": v for k, v in metrics.items()})
-    results[f"{model}_{group.name}_msd"] = msd
+    results[f"{model}_{group.name}_msd"] = np.asarray(msd).mean(0)
   return results
 
 
@@ -369,13 +468,14 @@ def summarise(config, inputs) -> dict:
       out.update(
         kl_regular=metrics["kl_star"],
         kl_regular_bayes=metrics["kl_bayes"],
-        t_star_regular=metrics["t_star"],
+        t_star_regular=metrics["t_star_refined"],
+        t_star_regular_bracket=np.asarray([metrics["t_star_lo"], metrics["t_star_hi"]]),
         t_mandt_regular=metrics["t_mandt"],
       )
     else:
       for key in singular:
         singular[key].append(metrics[key])
-    out[f"{model}_hist"] = _image(config, model, hist / max(hist.sum(), 1))
+    out[f"{model}_hist"] = _image(config, model, _normalised(np.asarray(hist).sum(0)))
     temperatures = temperature_grid(config)
     star = posterior_masses(config, model)[int(np.argmin(np.abs(temperatures - metrics["t_star"])))]
     out[f"{model}_posterior_star"] = _image(config, model, star)
@@ -526,8 +626,17 @@ def validate(config, require, require_positive_int) -> None:
     "coarse",
     "num_lags",
     "init_resolution",
+    "blocks",
+    "refine_points",
   ):
     require_positive_int(config, f"toys.{field}")
+  require(
+    t.blocks >= 2 and t.chains % t.blocks == 0,
+    "toys.blocks",
+    f"need at least 2 blocks dividing toys.chains = {t.chains}, got {t.blocks}",
+  )
+  require(t.xi > 0, "toys.xi", "must be positive")
+  require(t.noise_std > 0, "toys.noise_std", "must be positive")
   require(
     len(t.learning_rates) > 0 and all(lr > 0 for lr in t.learning_rates),
     "toys.learning_rates",
