@@ -417,6 +417,7 @@ def _train_and_measure(config, name):
   return if_mml.phases.weight_metrics(config, name, data, state["params"])
 
 
+@pytest.mark.slow
 def test_training_with_the_cohering_loss_lowers_the_measured_incoherence():
   config = tiny_config(models=("if", "if_dc"))
   config.data.update(deltas=(2.0,), num_seeds=3, num_train=64, num_val=0, num_test=256)
