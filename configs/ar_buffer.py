@@ -9,8 +9,9 @@ Variants:
   default  1-D GP tasks (RBF + Matern-5/2, lengthscale U[0.2, 0.8]), d=64 x 4 layers, K=16 buffer,
            2000 steps, evaluation on 256 held-out tasks, sampling benchmark at N in {64, 256};
            a few minutes on 2 CPU cores.
-  study    3 seeds x 3000 steps; benchmark (first seed) at N in {64, 256, 1024} with B=32 streams,
-           timing against K; ~15 minutes on 2 idle CPU cores.
+  study    GP and sawtooth tasks x 3 seeds x 1000 steps; benchmark (first GP seed) at N in
+           {64, 256} with B=32 streams, the buffer against re-encoding padded and unpadded, 3 timed
+           runs each, timing against K; ~10 CPU-minutes.
   gpu      paper scale on one GPU: d=128 x 12 layers, 20-component mixture head, K=32, contexts up
            to N=1024, 100k steps, benchmark at N up to 2048 with B=64 streams and the Pallas
            shared-context kernel. The data are generated (no data_dir, no weights to load).
@@ -35,10 +36,15 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.seed = 0
 
   config.data = ml_collections.ConfigDict()
-  config.data.kernels = ("rbf", "matern52")  # each task draws one kernel uniformly
+  config.data.task = "gp"  # "gp" (RBF / Matern GP functions) | "sawtooth" (random sawtooth waves)
+  config.data.kernels = ("rbf", "matern52")  # gp: each task draws one kernel uniformly
   config.data.lengthscale_min = 0.2  # lengthscale ~ U[min, max]
   config.data.lengthscale_max = 0.8
   config.data.noise_std = 0.05  # observation noise (output scale 1)
+  config.data.frequency_min = 3.0  # sawtooth: frequency ~ U[min, max] (period 1 / frequency)
+  config.data.frequency_max = 5.0
+  config.data.amplitude_min = 1.0  # sawtooth: amplitude ~ U[min, max] (Bruinsma et al.: 1)
+  config.data.amplitude_max = 1.0
   config.data.jitter = 1e-5  # added to the covariance diagonal
   config.data.x_min = -2.0  # inputs ~ U[x_min, x_max]
   config.data.x_max = 2.0
@@ -84,23 +90,24 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.benchmark.context_sizes = (64, 256)  # empty: no benchmark phase
   config.benchmark.num_samples = 16  # B joint sample streams
   config.benchmark.num_targets = 16  # M targets per stream (= max_buffer: one buffer block)
-  config.benchmark.repeats = 3  # timed runs of the buffer sampler (median)
-  config.benchmark.reencode_repeats = 1  # timed runs of the re-encoding sampler (median)
+  config.benchmark.repeats = 3  # timed runs of every sampler (median), in alternation
   config.benchmark.buffer_sizes = ()  # timing against K at ablation_context (1 = re-encoding)
   config.benchmark.ablation_context = 256
 
   config.study = ml_collections.ConfigDict()
   config.study.seeds = (0, 1, 2)
+  config.study.tasks = ("gp",)  # data.task of the study's arms (one arm per task and seed)
 
   config.loop = common.loop_config(log_every=250, checkpoint_every=1000)
   common.add_parallelism(config)
 
   if variant == "study":
-    config.steps = 3000
-    config.benchmark.context_sizes = (64, 256, 1024)
+    config.steps = 1000
+    config.study.tasks = ("gp", "sawtooth")
+    config.benchmark.context_sizes = (64, 256)
     config.benchmark.num_samples = 32
     config.benchmark.buffer_sizes = (1, 4, 16)
-    config.benchmark.repeats = 5
+    config.benchmark.repeats = 3
 
   if variant == "gpu":
     config.model.width = 128
@@ -125,7 +132,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.benchmark.num_targets = 32
     config.benchmark.buffer_sizes = (1, 4, 16, 32)
     config.benchmark.ablation_context = 1024
-    config.benchmark.repeats = 10
-    config.benchmark.reencode_repeats = 3
+    config.benchmark.repeats = 5
     config.loop = common.loop_config(log_every=500, checkpoint_every=5000, max_to_keep=3)
   return config

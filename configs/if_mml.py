@@ -69,8 +69,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.model.encoder = "mlp"  # "mlp" (vectors) | "conv" (image-like patches)
   config.model.hidden = (64,)
   config.model.latent_dim = 32  # d, shared by all modalities
-  config.model.weighting = "static"  # "static" (IID-L) | "energy" (QMF-style, IID-Q)
+  # fusion weights: "static" (IID-L) | "energy" (QMF's, IID-Q) | "pdf" (PDF's co-belief, IID-P)
+  config.model.weighting = "static"
   config.model.static_weights = (0.5, 0.5)
+  config.model.confidence_weight = 1.0  # pdf: weight of the confidence networks' L1 loss (PDF: 1)
 
   config.lf = ml_collections.ConfigDict()
   config.lf.unimodal_weight = 1.0  # LF: weight of each head's own cross-entropy
@@ -109,6 +111,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.study.alphas = ()  # if_ic (both signs) at these extra alphas
   config.study.betas = ()  # if_dc at these extra betas
   config.study.affine_arms = ()  # arms rerun with affine-only incoherence (data.tail_rate = 0)
+  config.study.weightings = ()  # dynamic fusion weights ("energy" IID-Q, "pdf" IID-P) studied ...
+  config.study.weighted_models = ()  # ... for these models (arms `<model>_q`, `<model>_p`)
 
   if variant == "study":
     config.data.deltas = (0.0, 0.5, 1.0, 2.0, 4.0)
@@ -116,6 +120,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.study.alphas = (0.01, 0.1, 1.0)
     config.study.betas = (0.1, 1.0)
     config.study.affine_arms = ("if", "if_dc_beta1")
+    config.study.weightings = ("energy", "pdf")
+    config.study.weighted_models = ("lf", "if", "full")
 
   if variant == "gpu":
     config.models = ("lf", "if", "if_ic", "if_dc", "full")

@@ -6,8 +6,22 @@ Notation (Sec. 3 of the paper): M modalities, encoders h_m give latents z^m = h_
 intermediate fusion (IF) predicts g(sum_m w_m z^m) with one linear target mapping g(z) = theta^T z + b,
 late fusion (LF) predicts sum_m w_m g_m(z^m).
 
-* `intermediate_fusion`, `late_fusion`, `energy_weights`: the two fusion rules and QMF-style dynamic
-  weights (w_m proportional to exp(-energy_m), energy_m = -logsumexp of modality m's logits).
+* `intermediate_fusion`, `late_fusion`: the two fusion rules.
+* `fusion_weights`: the family of fusion weights, one `kind` per IID variant (Sec. 3.1 and the
+  experiments): `static` (IID-L, fixed w), `energy` (IID-Q, the weights of QMF, Zhang et al. ICML
+  2023: w_m proportional to exp(-energy_m), energy_m = -logsumexp of modality m's logits,
+  `energy_weights`) and `pdf` (IID-P, the weights of PDF, "Predictive Dynamic Fusion", Cao et al.
+  ICML 2024, `pdf_weights`):
+    mono-confidence  c_m ~ p_m(y | x^m), the true-class probability predicted by a confidence
+                     network (trained with `confidence_loss`, the L1 distance to the actual TCP);
+    holo-confidence  h_m = sum_{j != m} log c_j / sum_j log c_j   (`holo_confidence`);
+    co-belief        cb_m = c_m + h_m;
+    relative calibration (evaluation only, as in the official code) rc_m = u_m / max_j u_j with
+                     u_m = mean_c |p_m(c) - 1/C| the distance of modality m's prediction from
+                     uniform (`relative_calibration`);
+    w = softmax_m(cb * rc) at evaluation, softmax_m(cb) in training, no gradient.
+  PDF as published (official repository `Yinan-Xia/PDF`, `src/models/latefusion_pdf.py`,
+  `train_pdf.py`) fuses decisions (LF); IID-P uses the same weights on the latents (IF).
 * `informatic_constraint`: the variational form of "maximise I(z; y) - sum_m I(z^m; y)",
     L_ic = sum_i ( -log q(y_i | z_i) + lam KL(N_z || N)
                    - sum_m [ log q(y_i | z_i^m) - lam KL(N_{z^m} || N) ] ),
@@ -77,12 +91,80 @@ def late_fusion(unimodal_logits: jax.Array, weights: jax.Array) -> jax.Array:
   return jnp.sum(_broadcast_weights(weights, unimodal_logits.shape[1]) * unimodal_logits, axis=0)
 
 
+WEIGHTINGS = ("static", "energy", "pdf")  # IID-L, IID-Q, IID-P
+
+
 def energy_weights(unimodal_logits: jax.Array) -> jax.Array:
   """QMF-style dynamic weights (M, B): softmax over modalities of -energy_m = logsumexp_c logits_m.
 
   The weights are a per-sample confidence and carry no gradient (QMF treats them as given)."""
   negative_energy = jax.nn.logsumexp(unimodal_logits, axis=-1)
   return jax.lax.stop_gradient(jax.nn.softmax(negative_energy, axis=0))
+
+
+CONFIDENCE_FLOOR = 1e-6  # c_m is clipped to [floor, 1 - floor] before its logarithm
+
+
+def true_class_probability(unimodal_logits: jax.Array, labels: jax.Array) -> jax.Array:
+  """p_m(y | x^m) (M, B): the probability each modality's prediction gives the true class."""
+  probs = jax.nn.softmax(unimodal_logits, axis=-1)
+  return jnp.take_along_axis(probs, labels[None, :, None], axis=-1)[..., 0]
+
+
+def holo_confidence(confidence: jax.Array) -> jax.Array:
+  """PDF's holo-confidence h_m = sum_{j != m} log c_j / sum_j log c_j from mono-confidences (M, B):
+  the share of the other modalities in the total uncertainty, so a modality is trusted more when
+  the others are unsure. For two modalities h_1 = log c_2 / log(c_1 c_2)."""
+  log_c = jnp.log(jnp.clip(confidence, CONFIDENCE_FLOOR, 1.0 - CONFIDENCE_FLOOR))
+  total = jnp.sum(log_c, axis=0, keepdims=True)
+  return (total - log_c) / total
+
+
+def relative_calibration(unimodal_logits: jax.Array) -> jax.Array:
+  """PDF's relative calibration rc_m = u_m / max_j u_j (M, B), u_m = mean_c |p_m(c) - 1/C|: the
+  modality whose prediction is farthest from uniform keeps its co-belief, the others are scaled
+  down (for two modalities: the official code's `rc_t`, `rc_i`)."""
+  probs = jax.nn.softmax(unimodal_logits, axis=-1)
+  uniformity = jnp.mean(jnp.abs(probs - 1.0 / probs.shape[-1]), axis=-1)
+  return uniformity / jnp.maximum(jnp.max(uniformity, axis=0, keepdims=True), 1e-12)
+
+
+def pdf_weights(unimodal_logits: jax.Array, confidence: jax.Array, calibrate: bool) -> jax.Array:
+  """PDF's dynamic weights (M, B): softmax over modalities of the co-belief c_m + h_m, multiplied
+  by the relative calibration when `calibrate` (evaluation). No gradient: the weights are given
+  to the fusion, the confidence network learns from `confidence_loss` alone."""
+  co_belief = confidence + holo_confidence(confidence)
+  if calibrate:
+    co_belief = co_belief * relative_calibration(unimodal_logits)
+  return jax.lax.stop_gradient(jax.nn.softmax(co_belief, axis=0))
+
+
+def confidence_loss(confidence: jax.Array, unimodal_logits: jax.Array, labels: jax.Array):
+  """sum_m mean_i |c_m,i - p_m(y_i | x_i^m)|: the L1 regression of each modality's predicted
+  mono-confidence onto its actual true-class probability (held fixed), as PDF trains it."""
+  target = jax.lax.stop_gradient(true_class_probability(unimodal_logits, labels))
+  return jnp.sum(jnp.mean(jnp.abs(confidence - target), axis=1))
+
+
+def fusion_weights(
+  kind: str,
+  unimodal_logits: jax.Array,
+  static_weights=None,
+  confidence: jax.Array | None = None,
+  calibrate: bool = True,
+) -> jax.Array:
+  """Fusion weights (M, B) of one IID variant: `static` (IID-L: `static_weights` (M,)), `energy`
+  (IID-Q: `energy_weights`) or `pdf` (IID-P: `pdf_weights` of the predicted `confidence` (M, B))."""
+  if kind == "static":
+    weights = jnp.asarray(static_weights, jnp.float32)
+    return jnp.broadcast_to(weights[:, None], unimodal_logits.shape[:2])
+  if kind == "energy":
+    return energy_weights(unimodal_logits)
+  if kind == "pdf":
+    if confidence is None:
+      raise ValueError("pdf fusion weights need the predicted mono-confidence (M, B)")
+    return pdf_weights(unimodal_logits, confidence, calibrate)
+  raise ValueError(f"fusion weight kind must be one of {WEIGHTINGS}, got {kind!r}")
 
 
 # ---------------------------------------------------------------------------------------------------

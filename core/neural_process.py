@@ -40,7 +40,10 @@ What this module offers:
                               targets, context ∪ sampled points is re-encoded every K targets (per
                               stream).
   `sample_reencode`           the baseline TNP-D-AR: each step re-runs the set model on C ∪ the
-                              stream's draws (identical in law to `sample_joint` with K = 1).
+                              stream's draws (identical in law to `sample_joint` with K = 1), every
+                              step padded to N + M tokens so that one compiled step is scanned;
+  `sample_reencode_unpadded`  the same at each step's true length N + k (steps unrolled, each
+                              compiled for its own length).
   `cached_joint_log_density`  the one-pass density through the cached context: [B_1..B_K, T_1..T_K]
                               with the structured mask generated from indices in
                               `kernels.buffer_attention` (no dense mask).
@@ -479,6 +482,32 @@ def sample_reencode(model: BufferTNP, params, x_ctx, y_ctx, x_tgt, noise):
   inputs = (jnp.arange(m), x_tgt[0], eps.T, gumbel.transpose(1, 0, 2))
   _, (y, log_p) = jax.lax.scan(step, y0, inputs)
   return y.T, log_p.sum(0)
+
+
+def sample_reencode_unpadded(model: BufferTNP, params, x_ctx, y_ctx, x_tgt, noise):
+  """TNP-D-AR at each step's true length: step k (1-based) runs [C ∪ the stream's draws y_{<k},
+  target k], N + k tokens per stream, with no padding. The steps are unrolled in Python, so one
+  jitted sampler holds M forward passes, each compiled for its own length (compile time grows with
+  M; run time is what `sample_reencode`'s padding to N + M tokens per step costs on top). Same law
+  and, for the same noise, the same draws as `sample_reencode`. `(y [B, M], log_p [B])`."""
+  x_ctx, x_tgt = _with_feature_axis(x_ctx[None]), _with_feature_axis(x_tgt[None])
+  num_samples, m = noise[0].shape
+  eps, gumbel = noise
+  no_buffer = jnp.zeros((num_samples, 0, x_ctx.shape[2]))
+  xc = jnp.broadcast_to(x_ctx, (num_samples,) + x_ctx.shape[1:])
+  yc = jnp.broadcast_to(y_ctx[None], (num_samples, y_ctx.shape[0]))
+  draws, log_ps = [], []
+  for k in range(m):
+    xt = jnp.broadcast_to(x_tgt[:, k : k + 1], (num_samples, 1, x_tgt.shape[2]))
+    x, y, role, slot = layout(xc, yc, no_buffer, jnp.zeros((num_samples, 0)), xt)
+    mask = structured_mask(jnp.ones(yc.shape, bool), 0, jnp.zeros((num_samples, 1), jnp.int32))
+    predictive = model.apply(params, x, y, role, slot, mask).at((slice(None), -1))
+    draw = predictive.sample(eps[:, k], gumbel[:, k])
+    draws.append(draw)
+    log_ps.append(predictive.log_density(draw))
+    xc = jnp.concatenate([xc, xt], axis=1)
+    yc = jnp.concatenate([yc, draw[:, None]], axis=1)
+  return jnp.stack(draws, axis=1), jnp.stack(log_ps, axis=1).sum(-1)
 
 
 def cached_joint_log_density(model: BufferTNP, params, x_ctx, y_ctx, x_tgt, y_tgt):

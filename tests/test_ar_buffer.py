@@ -14,7 +14,7 @@ import pytest
 
 from configs import ar_buffer as ar_config
 from core import neural_process as tnp
-from core.data import gp_tasks
+from core.data import gp_tasks, sawtooth
 from experiments import loop
 from methods import ar_buffer
 from methods.base import ConfigError
@@ -29,6 +29,7 @@ reencode_log_density = jax.jit(tnp.reencode_log_density, static_argnums=(0,))
 cached_joint_log_density = jax.jit(tnp.cached_joint_log_density, static_argnums=(0,))
 sample_joint = jax.jit(tnp.sample_joint, static_argnums=(0, 6))
 sample_reencode = jax.jit(tnp.sample_reencode, static_argnums=(0,))
+sample_reencode_unpadded = jax.jit(tnp.sample_reencode_unpadded, static_argnums=(0,))
 decode_step = jax.jit(tnp.decode_step, static_argnums=(0,))
 
 
@@ -222,6 +223,8 @@ def test_default_config_runs_through_the_loop(tmp_path):
   assert summary.step_traces == {"train": 1, "benchmark": 0}
   assert results["ll_reencode"] == pytest.approx(results["ll_reencode_k1"])
   assert len(results["sampling_time_buffer_s"]) == 2 and results["memory_ratio"] > 0
+  assert len(results["sampling_time_reencode_unpadded_s"]) == 2
+  assert np.all(np.asarray(results["reencode_tokens_padded"]) == [4 * 8, 4 * 12])
   assert os.path.exists(tmp_path / "joint_samples.png")
 
 
@@ -245,6 +248,8 @@ def test_interrupted_run_resumes_to_the_same_results(tmp_path):
     ("model.shared_attention", "triton", "config.model.shared_attention: must be one of"),
     ("eval.buffer_sizes", (0,), "config.eval.buffer_sizes: must be positive ints"),
     ("data.kernels", ("periodic",), "config.data.kernels: must be a non-empty subset"),
+    ("data.task", "square", "config.data.task: must be one of"),
+    ("data.frequency_min", 9.0, "config.data.frequency_min: need 0 <"),
   ],
 )
 def test_bad_fields_are_named(field, value, message):
@@ -258,9 +263,10 @@ def test_bad_fields_are_named(field, value, message):
 def test_study_arms_and_report():
   config = ar_config.get_config("study")
   arms = ar_buffer.study_arms(config)
-  assert [name for name, _ in arms] == ["seed0", "seed1", "seed2"]
-  assert arms[0][1].benchmark.context_sizes == (64, 256, 1024)
-  assert arms[1][1].benchmark.context_sizes == ()
+  names = [name for name, _ in arms]
+  assert names == [f"{t}_seed{s}" for t in ("gp", "sawtooth") for s in (0, 1, 2)]
+  assert arms[0][1].benchmark.context_sizes == (64, 256) and arms[0][1].data.task == "gp"
+  assert arms[1][1].benchmark.context_sizes == () and arms[3][1].data.task == "sawtooth"
   arm = {
     **{
       f"ll_{k}": v
@@ -284,23 +290,85 @@ def test_study_arms_and_report():
     },
   }
   bench = {
-    "context_sizes": [64, 256, 1024],
-    "sampling_time_buffer_s": [0.1, 0.2, 0.4],
-    "sampling_time_reencode_s": [1.0, 4.0, 40.0],
-    "sampling_speedup_by_context": [10.0, 20.0, 100.0],
-    "sampling_speedup": 100.0,
-    "peak_bytes_buffer": [1e6, 2e6, 5e6],
-    "peak_bytes_reencode": [1e7, 1e8, 1e9],
-    "memory_ratio_by_context": [10.0, 50.0, 200.0],
-    "memory_ratio_linear_model": [20.0, 25.0, 28.0],
+    "context_sizes": [64, 256],
+    "sampling_time_buffer_s": [0.1, 0.2],
+    "sampling_time_reencode_s": [1.0, 4.0],
+    "sampling_time_reencode_unpadded_s": [0.8, 3.8],
+    "sampling_speedup_by_context": [10.0, 20.0],
+    "sampling_speedup": 20.0,
+    "sampling_speedup_unpadded_by_context": [8.0, 19.0],
+    "sampling_speedup_unpadded": 19.0,
+    "padded_over_unpadded_time_by_context": [1.25, 1.05],
+    "reencode_tokens_padded": [1280.0, 4352.0],
+    "reencode_tokens_unpadded": [1160.0, 4232.0],
+    "peak_bytes_buffer": [1e6, 2e6],
+    "peak_bytes_reencode": [1e7, 1e8],
+    "peak_bytes_reencode_unpadded": [0.9e7, 0.9e8],
+    "memory_ratio_by_context": [10.0, 50.0],
+    "memory_ratio_unpadded_by_context": [9.0, 45.0],
+    "memory_ratio_linear_model": [20.0, 25.0],
     "ablation_buffer_sizes": [1, 4, 16],
     "sampling_time_by_buffer_size_s": [4.0, 1.0, 0.2],
   }
-  results = {"seed0": {**arm, **bench}, "seed1": arm, "seed2": arm}
-  report = ar_buffer.report(config, results)
-  assert report.summary["buffer_close_to_reencode"] and report.summary["buffer_well_above_marginal"]
-  assert (
-    report.summary["speedup_grows_with_n"] and report.summary["sampling_speedup_n1024"] == 100.0
+  saw = {k: v for k, v in arm.items() if "oracle" not in k and "lengthscale" not in k}
+  saw["ll_oracle_known_parameters"] = 2.0
+  results = {"gp_seed0": {**arm, **bench}, "gp_seed1": arm, "gp_seed2": arm}
+  results.update(
+    {f"sawtooth_seed{s}": dict(saw, gap_reencode_minus_buffer=0.1 * s) for s in range(3)}
   )
-  assert len(report.rows) == 8 and "ar_buffer_study" in report.figures
-  assert "re-encode s" in report.notes
+  report = ar_buffer.report(config, results)
+  summary = report.summary
+  assert summary["gp_buffer_close_to_reencode"] and summary["gp_buffer_well_above_marginal"]
+  assert summary["speedup_grows_with_n"] and summary["sampling_speedup_unpadded_n256"] == 19.0
+  assert summary["sawtooth_gap_reencode_minus_buffer"].startswith("0.100 ± 0.24")  # t over 3 seeds
+  assert len(report.rows) == 8 + 7 and "ar_buffer_study" in report.figures
+  assert (
+    "re-encode unpadded s" in report.notes and "median of 3 runs of every sampler" in report.notes
+  )
+
+
+def test_unpadded_re_encoding_draws_what_padded_re_encoding_draws(setup):
+  model, params, (x_ctx, y_ctx, x_tgt, _), _ = setup
+  noise = tnp.sampling_noise(jax.random.key(3), 4, M)
+  padded = sample_reencode(model, params, x_ctx[0], y_ctx[0], x_tgt[0], noise)
+  unpadded = sample_reencode_unpadded(model, params, x_ctx[0], y_ctx[0], x_tgt[0], noise)
+  chex.assert_trees_all_close(unpadded, padded, atol=1e-4)
+  assert float(jnp.std(unpadded[0])) > 0  # streams differ: the draws are not all the mean
+  tokens = phases_lib.reencode_tokens_per_stream(N, M)
+  assert tokens == {"padded": M * (N + M), "unpadded": sum(N + k for k in range(1, M + 1))}
+
+
+def test_sawtooth_tasks_are_periodic_noisy_teeth():
+  prior = sawtooth.SawtoothPrior(frequency_min=1.5, frequency_max=2.5, amplitude_min=0.5)
+  tasks = sawtooth.sample_tasks(jax.random.key(0), 64, 40, prior)
+  chex.assert_shape([tasks["x"], tasks["y"]], (64, 40))
+  chex.assert_shape(tasks["frequency"], (64,))
+  params = [tasks[k] for k in ("frequency", "direction", "phase", "amplitude")]
+  assert set(np.unique(np.asarray(params[1]))) == {-1.0, 1.0}
+  assert float(params[0].min()) >= 1.5 and float(params[0].max()) <= 2.5
+  f = jax.vmap(sawtooth.sawtooth)(tasks["x"], *params)
+  period = (1.0 / params[0])[:, None]
+  shifted = jax.vmap(sawtooth.sawtooth)(tasks["x"] + period, *params)
+  chex.assert_trees_all_close(shifted, f, atol=1e-4)  # f(x + 1 / omega) = f(x)
+  half = jax.vmap(sawtooth.sawtooth)(tasks["x"] + 0.5 * period, *params)
+  assert float(jnp.mean(jnp.abs(half - f))) > 0.1  # and not with half the period
+  assert float(f.min()) >= 0.0 and bool(jnp.all(f <= params[3][:, None] + 1e-6))
+  residual = np.asarray(tasks["y"] - f)
+  assert np.std(residual) == pytest.approx(prior.noise_std, rel=0.05)
+  one = sawtooth.known_parameter_log_density(
+    tasks["x"][0], f[0] + 0.1, *(p[0] for p in params), prior
+  )
+  expected = 40 * (-0.5 * 2.0**2 - math.log(0.05) - 0.5 * math.log(2 * math.pi))
+  assert float(one) == pytest.approx(expected, rel=1e-4)
+
+
+def test_sawtooth_task_runs_through_the_loop(tmp_path):
+  config = tiny_config()
+  config.data.task = "sawtooth"
+  config.benchmark.context_sizes = ()
+  results = loop.run(config, str(tmp_path)).results
+  for key in ("ll_buffer", "ll_reencode", "ll_marginal", "ll_oracle_known_parameters"):
+    assert math.isfinite(results[key]), key
+  assert "ll_oracle" not in results and "ll_buffer_by_lengthscale" not in results
+  assert results["ll_oracle_known_parameters"] > results["ll_reencode"]  # the bound bounds
+  assert os.path.exists(tmp_path / "joint_samples.png")

@@ -254,6 +254,9 @@ def test_interrupted_run_resumes_to_the_same_results(tmp_path):
     ("data.view_dim", 9, "config.data.view_dim: must be <="),
     ("model.static_weights", (0.5, 0.7), "config.model.static_weights"),
     ("study.affine_arms", ("iff",), "config.study.affine_arms: unknown arms"),
+    ("model.weighting", "tcp", "config.model.weighting: must be one of"),
+    ("study.weightings", ("static",), "config.study.weightings: need a subset"),
+    ("study.weighted_models", ("concat",), "config.study.weighted_models"),
   ],
 )
 def test_bad_fields_are_named(field, value, message):
@@ -293,6 +296,8 @@ def test_study_arms_and_report():
   config = if_mml_config.get_config("study")
   names = [name for name, _ in if_mml.study_arms(config)]
   assert names[:8] == ["lf", "if", "concat", "if_ic", "if_ic_neg", "if_dc", "full", "full_neg"]
+  assert {"lf_q", "lf_p", "if_q", "if_p", "full_q", "full_p"} <= set(names)
+  assert dict(if_mml.study_arms(config))["full_p"].model.weighting == "pdf"
   assert "if_ic_neg_alpha0.1" in names and "if_dc_beta1" in names and "if_dc_beta1_affine" in names
   rng = np.random.default_rng(0)
   shape = (len(config.data.deltas), config.data.num_seeds)
@@ -309,4 +314,138 @@ def test_study_arms_and_report():
   report = if_mml.report(config, results)
   assert len(report.rows) == len(names) * len(config.data.deltas)
   assert "if_minus_lf" in report.summary and "final_full_minus_if_by_delta" in report.summary
+  assert "full_p_minus_full" in report.summary and "if_p_minus_lf_p" in report.summary
   assert "if_mml_study" in report.figures
+
+
+# ---------------------------------------------------------------------------------------------------
+# Fusion weights: IID-P (PDF's co-belief) beside IID-Q and IID-L
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_pdf_weights_match_the_co_belief_formula_at_hand_computed_values():
+  confidence = jnp.array([[0.9], [0.5]])
+  holo = fusion.holo_confidence(confidence)
+  # official two-modality form: h_1 = log c_2 / log(c_1 c_2)
+  assert float(holo[0, 0]) == pytest.approx(math.log(0.5) / math.log(0.45), rel=1e-5)
+  co_belief = np.array([0.9 + math.log(0.5) / math.log(0.45), 0.5 + math.log(0.9) / math.log(0.45)])
+  logits = jnp.zeros((2, 1, 3))
+  weights = fusion.pdf_weights(logits, confidence, calibrate=False)
+  expected = np.exp(co_belief) / np.exp(co_belief).sum()
+  np.testing.assert_allclose(np.asarray(weights[:, 0]), expected, rtol=1e-5)
+  assert float(weights[0, 0]) == pytest.approx(0.7571, abs=1e-3)  # the surer modality leads
+  three = fusion.holo_confidence(jnp.array([[0.9], [0.5], [0.2]]))
+  logs = np.log([0.9, 0.5, 0.2])
+  np.testing.assert_allclose(np.asarray(three[:, 0]), (logs.sum() - logs) / logs.sum(), rtol=1e-5)
+
+
+def test_relative_calibration_scales_down_the_flatter_modality_only():
+  sharp = jnp.array([4.0, 0.0, 0.0])  # far from uniform
+  flat = jnp.array([0.5, 0.0, 0.0])
+  logits = jnp.stack([sharp, flat])[:, None, :]
+  rc = fusion.relative_calibration(logits)[:, 0]
+  p_sharp, p_flat = jax.nn.softmax(sharp), jax.nn.softmax(flat)
+  u = [float(jnp.mean(jnp.abs(p - 1 / 3))) for p in (p_sharp, p_flat)]
+  assert float(rc[0]) == pytest.approx(1.0) and float(rc[1]) == pytest.approx(u[1] / u[0], rel=1e-5)
+  confidence = jnp.array([[0.6], [0.6]])  # equal co-belief: only the calibration tells them apart
+  plain = fusion.pdf_weights(logits, confidence, calibrate=False)
+  calibrated = fusion.pdf_weights(logits, confidence, calibrate=True)
+  assert float(plain[0, 0]) == pytest.approx(0.5) and float(calibrated[0, 0]) > 0.6
+  grad = jax.grad(lambda c: fusion.pdf_weights(logits, c, True)[0].sum())(confidence)
+  assert float(jnp.abs(grad).max()) == 0.0
+
+
+def test_confidence_loss_is_the_l1_distance_to_the_true_class_probability():
+  logits = jax.random.normal(jax.random.key(0), (2, 5, 4))
+  labels = jnp.array([0, 1, 2, 3, 0])
+  tcp = jax.nn.softmax(logits)[:, jnp.arange(5), labels]
+  chex.assert_trees_all_close(fusion.true_class_probability(logits, labels), tcp, atol=1e-6)
+  assert float(fusion.confidence_loss(tcp, logits, labels)) == pytest.approx(0.0, abs=1e-6)
+  shifted = jnp.clip(tcp + 0.1, 0, 1)
+  expected = float(jnp.sum(jnp.mean(jnp.abs(shifted - tcp), axis=1)))
+  assert float(fusion.confidence_loss(shifted, logits, labels)) == pytest.approx(expected, rel=1e-5)
+  grad = jax.grad(lambda lg: fusion.confidence_loss(shifted, lg, labels))(logits)
+  assert float(jnp.abs(grad).max()) == 0.0  # the target is held fixed
+  with pytest.raises(ValueError, match="mono-confidence"):
+    fusion.fusion_weights("pdf", logits)
+  with pytest.raises(ValueError, match="must be one of"):
+    fusion.fusion_weights("tcp", logits)
+
+
+def test_pdf_model_trains_its_confidence_nets_without_touching_the_encoders():
+  config = with_changes(tiny_config(models=("if",)), model__weighting="pdf")
+  model = if_mml.model_of(config, "if")
+  inputs = _inputs(batch=8, dim=16)
+  params = model.init(jax.random.key(0), inputs)
+  labels = jnp.arange(8) % 4
+
+  def loss(p):
+    out = model.apply(p, inputs, train=True)
+    return fusion.confidence_loss(out.confidence, out.unimodal_logits, labels)
+
+  grads = jax.grad(loss)(params)["params"]
+  assert float(optax_norm(grads["confidence_nets_0"])) > 0
+  assert (
+    float(optax_norm(grads["encoders_0"])) == 0.0 and float(optax_norm(grads["heads_0"])) == 0.0
+  )
+  train_out, eval_out = model.apply(params, inputs, train=True), model.apply(params, inputs)
+  chex.assert_trees_all_close(train_out.weights.sum(0), jnp.ones(8), atol=1e-6)
+  assert not np.allclose(train_out.weights, eval_out.weights)  # evaluation calibrates
+  data = if_mml.load_data(config)
+  state = if_mml.phases.init_state(config, "if", ((16,), (16,)), data["val"], jax.random.key(0))
+  batch = if_mml.phases.train_batches(config, data).batch(0)
+  _, metrics = jax.jit(lambda s, b: if_mml.train_step(config, "if", s, b, None))(state, batch)
+  assert "confidence" in metrics and math.isfinite(float(metrics["loss"]))
+
+
+def optax_norm(tree) -> jax.Array:
+  return jnp.sqrt(sum(jnp.sum(x**2) for x in jax.tree.leaves(tree)))
+
+
+# ---------------------------------------------------------------------------------------------------
+# The cohering loss does what it is for, and the study's intervals are over seeds
+# ---------------------------------------------------------------------------------------------------
+
+
+def _train_and_measure(config, name):
+  data = if_mml.load_data(config)
+  shapes = tuple(data["test"][k].shape[2:] for k in ("x1", "x2"))
+  state = if_mml.phases.init_state(config, name, shapes, None, jax.random.key(0))
+  batches = if_mml.phases.train_batches(config, data)
+  step = jax.jit(lambda s, b: if_mml.train_step(config, name, s, b, None))
+  for index in range(config.steps):
+    state, _ = step(state, batches.batch(index))
+  return if_mml.phases.weight_metrics(config, name, data, state["params"])
+
+
+@pytest.mark.slow
+def test_training_with_the_cohering_loss_lowers_the_measured_incoherence():
+  config = tiny_config(models=("if", "if_dc"))
+  config.data.update(deltas=(2.0,), num_seeds=3, num_train=64, num_val=0, num_test=256)
+  config.dc.update(beta=1.0)
+  config.eval.update(select_best=False, incoherence_points=128)
+  config.update(batch_size=32, steps=60)
+  plain = _train_and_measure(config, "if")["relative_incoherence"]
+  cohered = _train_and_measure(config, "if_dc")["relative_incoherence"]
+  assert np.all(cohered < plain), (cohered, plain)  # same seeds, data and initial weights
+  assert float(np.mean(plain - cohered)) > 0.1
+
+
+def test_overall_paired_interval_is_over_seeds_not_replicates():
+  from scipy import stats
+
+  config = if_mml_config.get_config("study")
+  seed_effect = np.array([0.02, -0.01, 0.03, 0.0, 0.01])  # shared by every delta of a seed
+  rng = np.random.default_rng(1)
+  diff = seed_effect[None, :] + 0.001 * rng.standard_normal((5, 5))
+  results = {
+    "if": {"accuracy_if/replicates": np.zeros((5, 5)), "accuracy_if": 0.0},
+    "if_p": {"accuracy_if/replicates": diff, "accuracy_if": 0.0},
+  }
+  (_, _), (mean, half) = if_mml.paired(results, "if_p", "if")
+  seed_means = diff.mean(0)
+  expected = stats.t.ppf(0.975, 4) * seed_means.std(ddof=1) / math.sqrt(5)
+  assert mean == pytest.approx(seed_means.mean()) and half == pytest.approx(expected, rel=1e-9)
+  pooled = stats.t.ppf(0.975, 24) * diff.std(ddof=1) / 5.0
+  assert half > 1.8 * pooled  # pooling the 25 correlated replicates would be far too narrow
+  assert len(config.data.deltas) == 5

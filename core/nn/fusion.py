@@ -7,7 +7,11 @@ target mapping:
                 constraint scores q(y | z^m) with the same head);
   late          sum_m w_m g_m(z^m): one head per modality;
   concat        g([z^1; ...; z^M]): the concatenation foil (no unimodal predictions of its own).
-Weights are static (`static_weights`, IID-L) or QMF-style dynamic (`weighting = "energy"`, IID-Q).
+Weights (`core.fusion.fusion_weights`) are static (`static_weights`, IID-L), QMF-style energy
+weights (`weighting = "energy"`, IID-Q) or PDF weights (`weighting = "pdf"`, IID-P): then each
+modality has a `ConfidenceNet` that predicts its true-class probability from its latent (held
+fixed, so the confidence networks do not shape the encoders), and `__call__(..., train=True)` uses
+PDF's training weights (no relative calibration), `train=False` the calibrated evaluation weights.
 With linear heads and sum_m w_m = 1, IF equals LF with tied heads (theta_m = theta).
 """
 
@@ -23,7 +27,7 @@ import jax.numpy as jnp
 from core import fusion as fusion_lib
 
 FUSIONS = ("intermediate", "late", "concat")
-WEIGHTINGS = ("static", "energy")
+WEIGHTINGS = fusion_lib.WEIGHTINGS
 ENCODERS = ("mlp", "conv")
 
 
@@ -63,6 +67,18 @@ def make_encoder(kind: str, hidden: Sequence[int], latent_dim: int) -> nn.Module
   return cls(hidden=tuple(hidden), latent_dim=latent_dim)
 
 
+class ConfidenceNet(nn.Module):
+  """z (B, d) -> predicted true-class probability (B,): the official PDF code's ConfidNet, linear
+  maps d -> 2d -> d -> 1 (no activations between them) and a sigmoid."""
+
+  @nn.compact
+  def __call__(self, z: jax.Array) -> jax.Array:
+    dim = z.shape[-1]
+    for width in (2 * dim, dim, 1):
+      z = nn.Dense(width)(z)
+    return jax.nn.sigmoid(z[..., 0])
+
+
 class FusionOutput(NamedTuple):
   """What a forward pass gives the losses (arrays; `fused` is zeros for late and concat fusion)."""
 
@@ -71,6 +87,7 @@ class FusionOutput(NamedTuple):
   logits: jax.Array  # (B, C) the fused prediction
   unimodal_logits: jax.Array  # (M, B, C) g(z^m) (IF: shared head; LF: g_m; concat: zeros)
   weights: jax.Array  # (M, B) fusion weights
+  confidence: jax.Array  # (M, B) predicted true-class probabilities (pdf weighting; else zeros)
 
 
 class FusionClassifier(nn.Module):
@@ -96,32 +113,43 @@ class FusionClassifier(nn.Module):
     ]
     num_heads = self.num_modalities if self.fusion == "late" else 1
     self.heads = [nn.Dense(self.num_classes) for _ in range(num_heads)]
+    if self.weighting == "pdf":
+      self.confidence_nets = [ConfidenceNet() for _ in range(self.num_modalities)]
 
   def encode(self, inputs: Sequence[jax.Array]) -> jax.Array:
     if len(inputs) != self.num_modalities:
       raise ValueError(f"expected {self.num_modalities} modalities, got {len(inputs)}")
     return jnp.stack([encoder(x) for encoder, x in zip(self.encoders, inputs, strict=True)])
 
-  def _weights(self, unimodal_logits: jax.Array) -> jax.Array:
-    if self.weighting == "energy":
-      return fusion_lib.energy_weights(unimodal_logits)
-    weights = jnp.asarray(self.static_weights, jnp.float32)
-    return jnp.broadcast_to(weights[:, None], unimodal_logits.shape[:2])
+  def _confidence(self, latents: jax.Array) -> jax.Array:
+    """(M, B) predicted true-class probabilities from the latents, held fixed."""
+    if self.weighting != "pdf":
+      return jnp.zeros(latents.shape[:2], latents.dtype)
+    fixed = jax.lax.stop_gradient(latents)
+    return jnp.stack([net(z) for net, z in zip(self.confidence_nets, fixed, strict=True)])
 
-  def __call__(self, inputs: Sequence[jax.Array]) -> FusionOutput:
+  def _weights(self, unimodal_logits, confidence, train: bool) -> jax.Array:
+    return fusion_lib.fusion_weights(
+      self.weighting, unimodal_logits, self.static_weights, confidence, calibrate=not train
+    )
+
+  def __call__(self, inputs: Sequence[jax.Array], train: bool = False) -> FusionOutput:
     latents = self.encode(inputs)
     batch = latents.shape[1]
+    confidence = self._confidence(latents)
     if self.fusion == "concat":
       logits = self.heads[0](jnp.concatenate(list(latents), axis=-1))
       zeros = jnp.zeros((self.num_modalities, batch, self.num_classes), logits.dtype)
       weights = jnp.full((self.num_modalities, batch), 1.0 / self.num_modalities)
-      return FusionOutput(latents, jnp.zeros_like(latents[0]), logits, zeros, weights)
+      return FusionOutput(latents, jnp.zeros_like(latents[0]), logits, zeros, weights, confidence)
     if self.fusion == "late":
       unimodal = jnp.stack([head(z) for head, z in zip(self.heads, latents, strict=True)])
-      weights = self._weights(unimodal)
+      weights = self._weights(unimodal, confidence, train)
       logits = fusion_lib.late_fusion(unimodal, weights)
-      return FusionOutput(latents, jnp.zeros_like(latents[0]), logits, unimodal, weights)
+      return FusionOutput(
+        latents, jnp.zeros_like(latents[0]), logits, unimodal, weights, confidence
+      )
     unimodal = self.heads[0](latents)
-    weights = self._weights(unimodal)
+    weights = self._weights(unimodal, confidence, train)
     fused = fusion_lib.intermediate_fusion(latents, weights)
-    return FusionOutput(latents, fused, self.heads[0](fused), unimodal, weights)
+    return FusionOutput(latents, fused, self.heads[0](fused), unimodal, weights, confidence)

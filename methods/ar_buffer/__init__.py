@@ -8,16 +8,22 @@ samples joint draws much faster (up to 20x on GPU at N ~ 1024) with much less ac
 since the context is encoded once for all sample streams instead of once per stream and step.
 
 Phases (`phases.py`):
-  train      GP meta-learning (`core/data/gp_tasks.py`: RBF and Matern-5/2 kernels, random
-             lengthscale); every step draws its tasks from its rng and trains the mix of set mode
-             (half of the targets see only the context) and buffer mode (the rest see a random
-             buffer prefix) in one forward (`core/neural_process.py`). Evaluation: per-target joint
-             log-likelihoods on held-out tasks of independent marginals, AR re-encoding, the
-             one-pass buffer density (and K ablation, sorted decode order) and the exact GP oracle.
+  train      meta-learning on GP tasks (`core/data/gp_tasks.py`: RBF and Matern-5/2 kernels,
+             random lengthscale) or sawtooth tasks (`core/data/sawtooth.py`: random frequency,
+             direction, phase and amplitude; `data.task`); every step draws its tasks from its
+             rng and trains the mix of set mode (half of the targets see only the context) and
+             buffer mode (the rest see a random buffer prefix) in one forward
+             (`core/neural_process.py`). Evaluation: per-target joint log-likelihoods on
+             held-out tasks of independent marginals, AR re-encoding, the
+             one-pass buffer density (and K ablation, sorted decode order) and the oracle (GP: the
+             exact joint; sawtooth: the known-parameter noise density, an upper bound).
   benchmark  (if `benchmark.context_sizes`) joint sampling of B streams with the buffer vs AR
-             re-encoding at each context size N, compiled, timed side by side; peak activation
-             memory from XLA's buffer assignment; ratios.
-The study (`study.py`) runs the experiment for `study.seeds` and reports intervals over seeds.
+             re-encoding, padded (every step N + M tokens, one scanned step) and unpadded (step k:
+             N + k tokens, one compiled pass per length), at each context size N, compiled, each
+             timed `benchmark.repeats` times side by side; peak activation memory from XLA's
+             buffer assignment; ratios.
+The study (`study.py`) runs the experiment for each of `study.tasks` and `study.seeds` and reports
+intervals over seeds per task.
 
 Choices where the paper is open are listed in `core/neural_process.py`; here: tasks drawn inside the
 jitted step (the data are generated, so `data = None`); evaluation tasks drawn from `eval.seed`, the
@@ -29,7 +35,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from methods.ar_buffer.phases import phases
+from methods.ar_buffer.phases import TASKS, phases
 from methods.ar_buffer.study import report, study_arms
 from methods.base import Method, require, require_choice, require_positive_int
 
@@ -56,7 +62,6 @@ POSITIVE_FIELDS = (
   "benchmark.num_samples",
   "benchmark.num_targets",
   "benchmark.repeats",
-  "benchmark.reencode_repeats",
   "benchmark.ablation_context",
 )
 
@@ -65,6 +70,22 @@ def validate(config: ml_collections.ConfigDict) -> None:
   for field in POSITIVE_FIELDS:
     require_positive_int(config, field)
   d, m = config.data, config.model
+  require_choice(config, "data.task", TASKS)
+  require(
+    0 < d.frequency_min <= d.frequency_max,
+    "data.frequency_min",
+    f"need 0 < frequency_min <= frequency_max, got {d.frequency_min}, {d.frequency_max}",
+  )
+  require(
+    0 < d.amplitude_min <= d.amplitude_max,
+    "data.amplitude_min",
+    f"need 0 < amplitude_min <= amplitude_max, got {d.amplitude_min}, {d.amplitude_max}",
+  )
+  require(
+    bool(config.study.tasks) and set(config.study.tasks) <= set(TASKS),
+    "study.tasks",
+    f"must be a non-empty subset of {TASKS}, got {tuple(config.study.tasks)!r}",
+  )
   require(
     bool(d.kernels) and all(k in ("rbf", "matern52") for k in d.kernels),
     "data.kernels",

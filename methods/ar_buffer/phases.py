@@ -1,9 +1,11 @@
-"""The phases of the AR-buffer method: `train` (GP meta-learning with the set/buffer training mix,
-evaluated on joint log-likelihoods) and `benchmark` (joint sampling time and activation memory of
-the buffer sampler vs AR re-encoding, side by side in one process).
+"""The phases of the AR-buffer method: `train` (meta-learning on GP or sawtooth tasks with the
+set/buffer training mix, evaluated on joint log-likelihoods) and `benchmark` (joint sampling time and
+activation memory of the buffer sampler vs AR re-encoding, padded and unpadded, side by side in one
+process).
 
-Maths and network live in `core/neural_process.py`, tasks and the exact oracle in
-`core/data/gp_tasks.py`; this module wires them to the config, the optimiser and the loop.
+Maths and network live in `core/neural_process.py`; GP tasks and their exact oracle in
+`core/data/gp_tasks.py`, sawtooth tasks and their known-parameter bound in `core/data/sawtooth.py`;
+this module wires them to the config, the optimiser and the loop.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from absl import logging
 
 from core import neural_process as tnp
 from core import optim
-from core.data import gp_tasks
+from core.data import gp_tasks, sawtooth
 from methods.base import Phase, cached_per_config
 from methods.reports import figure_grid
 
@@ -40,6 +42,29 @@ def prior_of(config: ml_collections.ConfigDict) -> gp_tasks.GPPrior:
     x_min=d.x_min,
     x_max=d.x_max,
   )
+
+
+TASKS = ("gp", "sawtooth")
+
+
+def sawtooth_prior_of(config: ml_collections.ConfigDict) -> sawtooth.SawtoothPrior:
+  d = config.data
+  return sawtooth.SawtoothPrior(
+    frequency_min=d.frequency_min,
+    frequency_max=d.frequency_max,
+    amplitude_min=d.amplitude_min,
+    amplitude_max=d.amplitude_max,
+    noise_std=d.noise_std,
+    x_min=d.x_min,
+    x_max=d.x_max,
+  )
+
+
+def sample_tasks(config, key, num_tasks: int, num_points: int) -> dict[str, jax.Array]:
+  """`num_tasks` tasks of `config.data.task`: `x`, `y [T, P]` and the task's hidden parameters."""
+  if config.data.task == "sawtooth":
+    return sawtooth.sample_tasks(key, num_tasks, num_points, sawtooth_prior_of(config))
+  return gp_tasks.sample_tasks(key, num_tasks, num_points, prior_of(config))
 
 
 def make_model(config: ml_collections.ConfigDict) -> tnp.BufferTNP:
@@ -78,7 +103,7 @@ def training_batch(config, rng) -> dict[str, jax.Array]:
   d, k = config.data, config.model.max_buffer
   k_task, k_size, k_visible = jax.random.split(rng, 3)
   n_max, m = d.max_context, d.num_targets
-  tasks = gp_tasks.sample_tasks(k_task, config.batch_size, n_max + k + m, prior_of(config))
+  tasks = sample_tasks(config, k_task, config.batch_size, n_max + k + m)
   x, y = tasks["x"], tasks["y"]
   sizes = jax.random.randint(k_size, (config.batch_size,), d.min_context, n_max + 1)
   return {
@@ -152,7 +177,7 @@ def eval_tasks(config) -> dict[str, np.ndarray]:
   """`num_tasks` tasks of N context + M targets and `num_orders` random target orders per task."""
   e = config.eval
   key = jax.random.key(e.seed)
-  tasks = gp_tasks.sample_tasks(key, e.num_tasks, e.num_context + e.num_targets, prior_of(config))
+  tasks = sample_tasks(config, key, e.num_tasks, e.num_context + e.num_targets)
   keys = jax.random.split(jax.random.fold_in(key, 1), e.num_tasks * e.num_orders)
   orders = jax.vmap(lambda k: jax.random.permutation(k, e.num_targets))(keys)
   out = {name: np.asarray(value) for name, value in tasks.items()}
@@ -168,10 +193,8 @@ def _split(config, x, y):
 @cached_per_config(maxsize=4)
 def _evaluator(config):
   """Jitted `(params, tasks) -> {name: per-task (or per task x order) log-likelihoods, nats}`."""
-  model, prior = make_model(config), prior_of(config)
+  model = make_model(config)
   e, buffer_size = config.eval, config.model.max_buffer
-  oracle_fn = jax.vmap(functools.partial(gp_tasks.conditional_log_density, prior=prior))
-  oracle_marginal_fn = jax.vmap(functools.partial(gp_tasks.marginal_log_density, prior=prior))
 
   def by_order(params, x_ctx, y_ctx, x_tgt, y_tgt, orders, sizes):
     """Joint LLs `[T, O]` of the targets decoded in each order, for each buffer size."""
@@ -196,12 +219,28 @@ def _evaluator(config):
     out["buffer_sorted"] = sorted_order[f"buffer_k{buffer_size}"][:, 0]
     out["reencode_sorted"] = sorted_order["reencode"][:, 0]
     out["marginal"] = tnp.marginal_log_density(model, params, x_ctx, y_ctx, x_tgt, y_tgt)
-    args = (x_ctx, y_ctx, x_tgt, y_tgt, tasks["lengthscale"], tasks["kernel"])
-    out["oracle"] = oracle_fn(*args)
-    out["oracle_marginal"] = oracle_marginal_fn(*args)
+    out.update(_oracles(config, x_ctx, y_ctx, x_tgt, y_tgt, tasks))
     return out
 
   return jax.jit(evaluate)
+
+
+def _oracles(config, x_ctx, y_ctx, x_tgt, y_tgt, tasks) -> dict[str, jax.Array]:
+  """GP: the exact joint `oracle` and the exact marginals `oracle_marginal`. Sawtooth (no closed
+  form posterior): `oracle_known_parameters`, the noise-only density with the true function known,
+  an upper bound of both."""
+  if config.data.task == "sawtooth":
+    bound = functools.partial(sawtooth.known_parameter_log_density, prior=sawtooth_prior_of(config))
+    params = [tasks[k] for k in ("frequency", "direction", "phase", "amplitude")]
+    return {"oracle_known_parameters": jax.vmap(bound)(x_tgt, y_tgt, *params)}
+  prior = prior_of(config)
+  args = (x_ctx, y_ctx, x_tgt, y_tgt, tasks["lengthscale"], tasks["kernel"])
+  return {
+    "oracle": jax.vmap(functools.partial(gp_tasks.conditional_log_density, prior=prior))(*args),
+    "oracle_marginal": jax.vmap(functools.partial(gp_tasks.marginal_log_density, prior=prior))(
+      *args
+    ),
+  }
 
 
 def _mean_and_stderr(per_task: np.ndarray) -> tuple[float, float]:
@@ -211,7 +250,8 @@ def _mean_and_stderr(per_task: np.ndarray) -> tuple[float, float]:
 def evaluate(config, params) -> dict[str, float | np.ndarray]:
   """Per-target joint log-likelihoods (nats; mean over tasks and orders) of independent marginals,
   AR re-encoding (K = 1), the one-pass buffer (K = max_buffer and the ablation sizes), the same with
-  targets decoded in sorted-x order, and the exact GP oracle; by lengthscale bin as arrays."""
+  targets decoded in sorted-x order, and the oracles (`_oracles`); GP: by lengthscale bin as
+  arrays."""
   tasks = eval_tasks(config)
   raw = jax.device_get(_evaluator(config)(params, {k: jnp.asarray(v) for k, v in tasks.items()}))
   m, k = config.eval.num_targets, config.model.max_buffer
@@ -225,9 +265,10 @@ def evaluate(config, params) -> dict[str, float | np.ndarray]:
     _mean_and_stderr(paired)
   )
   results["gain_buffer_over_marginal"] = results["ll_buffer"] - results["ll_marginal"]
-  results["gap_oracle_minus_buffer"] = results["ll_oracle"] - results["ll_buffer"]
   results["ll_reencode_k1"] = results["ll_reencode"]
-  results.update(_by_lengthscale(config, tasks["lengthscale"], per_task))
+  if config.data.task == "gp":
+    results["gap_oracle_minus_buffer"] = results["ll_oracle"] - results["ll_buffer"]
+    results.update(_by_lengthscale(config, tasks["lengthscale"], per_task))
   return results
 
 
@@ -246,11 +287,12 @@ def _by_lengthscale(config, lengthscale, per_task) -> dict[str, np.ndarray]:
 
 
 def samples_figure(config, params, rng):
-  """A long-lengthscale held-out task with `eval.plot_context` context points: the exact GP
-  posterior band, joint buffer draws (smooth, correlated) against independent marginal draws
-  (white noise around the mean)."""
+  """A held-out task (GP: the longest lengthscale) with `eval.plot_context` context points: the
+  exact GP posterior band or the true sawtooth, joint buffer draws (correlated) against independent
+  marginal draws (white noise around the mean)."""
   tasks = eval_tasks(config)
-  i = int(np.argmax(tasks["lengthscale"]))
+  gp = config.data.task == "gp"
+  i = int(np.argmax(tasks["lengthscale"])) if gp else 0
   n, draws = min(config.eval.plot_context, config.eval.num_context), config.eval.num_plot_samples
   x_ctx, y_ctx = tasks["x"][i, :n], tasks["y"][i, :n]
   grid = np.linspace(config.data.x_min, config.data.x_max, config.model.max_buffer)
@@ -266,29 +308,35 @@ def samples_figure(config, params, rng):
     *(jnp.broadcast_to(a[0, n:], (draws,) + a[0, n:].shape) for a in predictive)
   )
   marginal = np.asarray(predictive.sample(*noise))
-  mean, cov = gp_tasks.posterior(
-    x_ctx, y_ctx, grid, tasks["lengthscale"][i], tasks["kernel"][i], prior_of(config)
-  )
-  sd = np.sqrt(np.diag(np.asarray(cov)))
   fig, axes = figure_grid(1, 2, figsize=(9, 3.2), sharey=True)
   for ax, title, ys in (
     (axes[0, 0], "buffer: joint draws", joint),
     (axes[0, 1], "independent marginals", marginal),
   ):
-    ax.fill_between(
-      grid,
-      np.asarray(mean) - 2 * sd,
-      np.asarray(mean) + 2 * sd,
-      color="0.85",
-      label="GP oracle ±2σ",
-    )
+    _truth(ax, config, tasks, i, x_ctx, y_ctx, grid)
     ax.plot(grid, np.asarray(ys).T, lw=1, alpha=0.8)
     ax.scatter(x_ctx, y_ctx, c="k", s=12, zorder=3, label="context")
-    ax.set_title(f"{title} (l = {tasks['lengthscale'][i]:.2f})")
+    label = f"l = {tasks['lengthscale'][i]:.2f}" if gp else f"frequency {tasks['frequency'][i]:.2f}"
+    ax.set_title(f"{title} ({label})")
     ax.set_xlabel("x")
   axes[0, 0].legend(loc="lower left", fontsize=7)
   fig.tight_layout()
   return {"joint_samples": fig}
+
+
+def _truth(ax, config, tasks, i, x_ctx, y_ctx, grid):
+  """GP: the exact posterior band (±2 sd); sawtooth: the true function."""
+  if config.data.task == "sawtooth":
+    fine = np.linspace(config.data.x_min, config.data.x_max, 400)
+    params = [tasks[k][i] for k in ("frequency", "direction", "phase", "amplitude")]
+    ax.plot(fine, np.asarray(sawtooth.sawtooth(fine, *params)), "k", lw=0.8, label="true f")
+    return
+  mean, cov = gp_tasks.posterior(
+    x_ctx, y_ctx, grid, tasks["lengthscale"][i], tasks["kernel"][i], prior_of(config)
+  )
+  sd = np.sqrt(np.diag(np.asarray(cov)))
+  mean = np.asarray(mean)
+  ax.fill_between(grid, mean - 2 * sd, mean + 2 * sd, color="0.85", label="GP oracle ±2σ")
 
 
 def _marginal_inputs(x_ctx, y_ctx, grid):
@@ -324,12 +372,15 @@ def _timed(compiled, *args) -> float:
 
 def _sampling_task(config, num_context: int):
   b = config.benchmark
-  task = gp_tasks.sample_task(jax.random.key(b.seed), num_context + b.num_targets, prior_of(config))
-  return task["x"][:num_context], task["y"][:num_context], task["x"][num_context:]
+  task = sample_tasks(config, jax.random.key(b.seed), 1, num_context + b.num_targets)
+  x, y = task["x"][0], task["y"][0]
+  return x[:num_context], y[:num_context], x[num_context:]
 
 
-def _samplers(config, num_context: int, buffer_sizes):
-  """`{name: fn(params, noise)}`: the buffer sampler at each K and the re-encoding baseline."""
+def _samplers(config, num_context: int, buffer_sizes, unpadded: bool = False):
+  """`{name: fn(params, noise)}`: the buffer sampler at each K, the re-encoding baseline (every step
+  padded to N + M tokens, one scanned step) and, with `unpadded`, re-encoding at each step's true
+  length N + k (`reencode_unpadded`, one compiled pass per length)."""
   model = make_model(config)
   x_ctx, y_ctx, x_tgt = _sampling_task(config, num_context)
   fns = {
@@ -339,25 +390,29 @@ def _samplers(config, num_context: int, buffer_sizes):
     for k in buffer_sizes
   }
   fns["reencode"] = lambda p, e: tnp.sample_reencode(model, p, x_ctx, y_ctx, x_tgt, e)
+  if unpadded:
+    fns["reencode_unpadded"] = lambda p, e: tnp.sample_reencode_unpadded(
+      model, p, x_ctx, y_ctx, x_tgt, e
+    )
   return fns
 
 
-def measure_sampling(config, params, num_context: int, buffer_sizes) -> dict[str, dict]:
-  """Compile time, peak temp bytes and median wall time of each sampler at one context size; the
-  samplers are timed in alternation so that machine load hits them alike."""
+def measure_sampling(
+  config, params, num_context: int, buffer_sizes, unpadded: bool = False
+) -> dict[str, dict]:
+  """Compile time, peak temp bytes and median wall time of each sampler at one context size; every
+  sampler runs `benchmark.repeats` times, in alternation so that machine load hits them alike."""
   b = config.benchmark
   noise = tnp.sampling_noise(
     jax.random.key(b.seed + 1), b.num_samples, b.num_targets, config.model.num_components
   )
   out, compiled = {}, {}
-  for name, fn in _samplers(config, num_context, buffer_sizes).items():
+  for name, fn in _samplers(config, num_context, buffer_sizes, unpadded).items():
     compiled[name], seconds, temp = _compiled(fn, params, noise)
     out[name] = {"compile_s": seconds, "temp_bytes": temp, "times": []}
-  for repeat in range(max(b.repeats, b.reencode_repeats)):
+  for _ in range(b.repeats):
     for name, fn in compiled.items():
-      limit = b.reencode_repeats if name == "reencode" else b.repeats
-      if repeat < limit:
-        out[name]["times"].append(_timed(fn, params, noise))
+      out[name]["times"].append(_timed(fn, params, noise))
   for name, entry in out.items():
     entry["time_s"] = float(np.median(entry.pop("times")))
     logging.info(
@@ -370,35 +425,51 @@ def measure_sampling(config, params, num_context: int, buffer_sizes) -> dict[str
   return out
 
 
+def reencode_tokens_per_stream(num_context: int, num_targets: int) -> dict[str, int]:
+  """Tokens one stream pushes through the network over the M re-encoding steps: padded, every step
+  N + M (`sample_reencode`); unpadded, step k (1-based) N + k (`sample_reencode_unpadded`)."""
+  n, m = num_context, num_targets
+  return {"padded": m * (n + m), "unpadded": m * n + m * (m + 1) // 2}
+
+
 def benchmark(config, params) -> dict[str, float | np.ndarray]:
   """Joint sampling of `num_samples` streams x `num_targets` targets per context size: the buffer
-  (K = max_buffer) against AR re-encoding, their time and activation-memory ratios, the linear
-  memory model `B (N + K) / (N + B K)`; then time and K at `ablation_context`."""
+  (K = max_buffer) against AR re-encoding padded (every step N + M tokens) and unpadded (step k:
+  N + k tokens), their time and activation-memory ratios, the linear memory model
+  `B (N + K) / (N + B K)`; then time and K at `ablation_context`."""
   b, k = config.benchmark, config.model.max_buffer
-  rows = [measure_sampling(config, params, n, [k]) for n in b.context_sizes]
-  buffer = [r[f"buffer_k{k}"] for r in rows]
-  reencode = [r["reencode"] for r in rows]
-  time_ratio = np.asarray(
-    [r["time_s"] / f["time_s"] for r, f in zip(reencode, buffer, strict=True)]
-  )
-  memory_ratio = np.asarray(
-    [r["temp_bytes"] / f["temp_bytes"] for r, f in zip(reencode, buffer, strict=True)]
-  )
+  rows = [measure_sampling(config, params, n, [k], unpadded=True) for n in b.context_sizes]
+  column = lambda name, field: np.asarray([r[name][field] for r in rows], np.float64)  # noqa: E731
+  buffer_s, padded_s = column(f"buffer_k{k}", "time_s"), column("reencode", "time_s")
+  unpadded_s = column("reencode_unpadded", "time_s")
+  buffer_b, padded_b = column(f"buffer_k{k}", "temp_bytes"), column("reencode", "temp_bytes")
+  unpadded_b = column("reencode_unpadded", "temp_bytes")
   sizes = np.asarray(b.context_sizes, np.float64)
   formula = b.num_samples * (sizes + k) / (sizes + b.num_samples * k)
+  tokens = [reencode_tokens_per_stream(n, b.num_targets) for n in b.context_sizes]
   results = {
     "context_sizes": sizes,
-    "sampling_time_buffer_s": np.asarray([f["time_s"] for f in buffer]),
-    "sampling_time_reencode_s": np.asarray([r["time_s"] for r in reencode]),
-    "sampling_speedup_by_context": time_ratio,
-    "sampling_speedup": float(time_ratio[-1]),
-    "peak_bytes_buffer": np.asarray([f["temp_bytes"] for f in buffer], np.float64),
-    "peak_bytes_reencode": np.asarray([r["temp_bytes"] for r in reencode], np.float64),
-    "memory_ratio_by_context": memory_ratio,
-    "memory_ratio": float(memory_ratio[-1]),
+    "benchmark_repeats": b.repeats,
+    "sampling_time_buffer_s": buffer_s,
+    "sampling_time_reencode_s": padded_s,
+    "sampling_time_reencode_unpadded_s": unpadded_s,
+    "sampling_speedup_by_context": padded_s / buffer_s,
+    "sampling_speedup": float(padded_s[-1] / buffer_s[-1]),
+    "sampling_speedup_unpadded_by_context": unpadded_s / buffer_s,
+    "sampling_speedup_unpadded": float(unpadded_s[-1] / buffer_s[-1]),
+    "padded_over_unpadded_time_by_context": padded_s / unpadded_s,
+    "reencode_tokens_padded": np.asarray([t["padded"] for t in tokens], np.float64),
+    "reencode_tokens_unpadded": np.asarray([t["unpadded"] for t in tokens], np.float64),
+    "peak_bytes_buffer": buffer_b,
+    "peak_bytes_reencode": padded_b,
+    "peak_bytes_reencode_unpadded": unpadded_b,
+    "memory_ratio_by_context": padded_b / buffer_b,
+    "memory_ratio": float(padded_b[-1] / buffer_b[-1]),
+    "memory_ratio_unpadded_by_context": unpadded_b / buffer_b,
     "memory_ratio_linear_model": formula,
-    "compile_s_buffer": np.asarray([f["compile_s"] for f in buffer]),
-    "compile_s_reencode": np.asarray([r["compile_s"] for r in reencode]),
+    "compile_s_buffer": column(f"buffer_k{k}", "compile_s"),
+    "compile_s_reencode": column("reencode", "compile_s"),
+    "compile_s_reencode_unpadded": column("reencode_unpadded", "compile_s"),
   }
   if b.buffer_sizes:
     sizes_k = sorted(set(b.buffer_sizes) - {1})

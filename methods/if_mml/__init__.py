@@ -33,9 +33,14 @@ W_2 over the RMS spread of the pooled latents: scale-free), cross-entropies, uni
 the same for the weights after all steps as `final_<metric>_<m>`; arrays of shape (deltas, seeds)
 under `<metric>_<m>/replicates` feed the study's intervals.
 
+Fusion weights (`model.weighting`, `core.fusion.fusion_weights`): static w = (1/2, 1/2) by default
+(IID-L), QMF's energy weights (IID-Q) or PDF's co-belief weights (IID-P: confidence networks on the
+fixed latents regress each modality's true-class probability with an L1 loss of weight
+`model.confidence_weight`, added to L; training fuses with the uncalibrated co-belief, evaluation
+with the relatively calibrated one, as the official PDF code does).
+
 Choices where the paper is open: see `core/fusion.py` (sign, KL fit, sparsification, normalised cost,
-Danskin gradients). Here: static weights w = (1/2, 1/2) by default (IID-L) and QMF-style energy weights
-as an option (IID-Q); Adam without weight decay on shuffled minibatches; the Gaussian RIP matrix is
+Danskin gradients). Here: Adam without weight decay on shuffled minibatches; the Gaussian RIP matrix is
 drawn once per replicate and fixed; alpha and beta were chosen from the paper's grid (alpha) and a
 normalised-cost grid (beta) by validation accuracy on data seeds 100-102 (`data.first_seed`), disjoint
 from the study's seeds 0-4.
@@ -110,7 +115,13 @@ def validate(config: ml_collections.ConfigDict) -> None:
     "dc.keep",
     f"keeps {config.dc.keep} FFT coefficients of a {config.model.latent_dim}-dim latent",
   )
-  for field in ("ic.alpha", "ic.kl_weight", "dc.beta", "lf.unimodal_weight"):
+  for field in (
+    "ic.alpha",
+    "ic.kl_weight",
+    "dc.beta",
+    "lf.unimodal_weight",
+    "model.confidence_weight",
+  ):
     section, key = field.split(".")
     require(config[section][key] >= 0, field, f"must be >= 0, got {config[section][key]}")
   for field in ("dc.epsilon", "dc.marginal_weight", "optim.learning_rate"):
@@ -138,6 +149,18 @@ def _validate_study(config) -> None:
   for field in ("study.alphas", "study.betas"):
     values = tuple(config.study[field.split(".")[1]])
     require(all(v >= 0 for v in values), field, f"must be >= 0, got {values}")
+  dynamic = tuple(w for w in fusion_nn.WEIGHTINGS if w != "static")
+  require(
+    set(study.weightings) <= set(dynamic),
+    "study.weightings",
+    f"need a subset of {dynamic}, got {tuple(study.weightings)}",
+  )
+  weighted = set(study.weighted_models)
+  require(
+    weighted <= set(MODELS) - {"concat"},
+    "study.weighted_models",
+    f"need models with fusion weights (not concat), got {tuple(study.weighted_models)}",
+  )
   known = [n for n in arm_changes(with_changes(config, study__affine_arms=()))]
   missing = sorted(set(study.affine_arms) - set(known))
   require(not missing, "study.affine_arms", f"unknown arms {missing}; choose from {known}")

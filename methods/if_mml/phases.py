@@ -114,6 +114,11 @@ def model_of(config, name: str) -> fusion_nn.FusionClassifier:
   )
 
 
+def uses_confidence(config, name: str) -> bool:
+  """Whether the model fuses with PDF weights (IID-P) and so trains confidence networks."""
+  return config.model.weighting == "pdf" and MODELS[name].fusion != "concat"
+
+
 def optimizer(config) -> optax.GradientTransformation:
   return optax.adam(config.optim.learning_rate)
 
@@ -159,12 +164,16 @@ def _cross_entropy(logits, labels) -> jax.Array:
 
 
 def replicate_loss(config, name: str, params, projection, x1, x2, y):
-  """L = CE + (LF) the heads' CE + alpha L_ic + beta L_dc for one replicate; returns (L, terms)."""
+  """L = CE + (LF) the heads' CE + alpha L_ic + beta L_dc (+ with PDF weights, IID-P, the
+  confidence networks' L1 loss) for one replicate; returns (L, terms)."""
   spec, model = MODELS[name], model_of(config, name)
-  out = model.apply(params, (x1, x2))
+  out = model.apply(params, (x1, x2), train=True)
   ce = _cross_entropy(out.logits, y)
   terms = {"ce": ce, "accuracy": jnp.mean(jnp.argmax(out.logits, -1) == y)}
   loss = ce
+  if uses_confidence(config, name):
+    confidence = fusion.confidence_loss(out.confidence, out.unimodal_logits, y)
+    loss, terms["confidence"] = loss + config.model.confidence_weight * confidence, confidence
   if spec.fusion == "late":
     unimodal = jax.vmap(_cross_entropy, in_axes=(0, None))(out.unimodal_logits, y)
     loss = loss + config.lf.unimodal_weight * jnp.sum(unimodal)

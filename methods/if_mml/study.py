@@ -14,6 +14,8 @@ from methods.base import Report, with_changes
 from methods.if_mml.phases import MODELS, REPLICATES
 from methods.reports import figure_grid, interval_cell
 
+WEIGHTING_SUFFIX = {"energy": "q", "pdf": "p"}  # IID-Q, IID-P
+
 
 def arm_name(model: str, sign: int) -> str:
   """`<model>` with the printed sign of L_ic, `<model>_neg` with the prose's sign."""
@@ -23,8 +25,11 @@ def arm_name(model: str, sign: int) -> str:
 def study_arms(config: ml_collections.ConfigDict):
   """Main arms: each of `study.models`, with each sign of `study.ic_signs` where L_ic applies.
   Sweeps: `if_ic[_neg]_alpha<a>` at each alpha of `study.alphas`, `if_dc_beta<b>` at each beta of
-  `study.betas`. Mechanism check: `<arm>_affine` for each arm of `study.affine_arms`, the same run on
-  data whose incoherence is affine only (no heavy tails, `data.tail_rate = 0`)."""
+  `study.betas`. Fusion weights: `<model>_q` (QMF energy weights, IID-Q) and `<model>_p` (PDF
+  co-belief weights, IID-P) for each of `study.weighted_models` and `study.weightings`, against the
+  static weights (IID-L) of the main arm `<model>`. Mechanism check: `<arm>_affine` for each arm of
+  `study.affine_arms`, the same run on data whose incoherence is affine only (no heavy tails,
+  `data.tail_rate = 0`)."""
   return [(name, with_changes(config, **changes)) for name, changes in arm_changes(config).items()]
 
 
@@ -43,9 +48,25 @@ def arm_changes(config) -> dict[str, dict]:
       }
   for beta in study.betas:
     arms[f"if_dc_beta{beta:g}"] = {"models": ("if_dc",), "dc__beta": beta}
+  for model in study.weighted_models:
+    for weighting in study.weightings:
+      arms[f"{model}_{WEIGHTING_SUFFIX[weighting]}"] = {
+        "models": (model,),
+        "ic__unimodal_sign": config.ic.unimodal_sign,
+        "model__weighting": weighting,
+      }
   for name in study.affine_arms:
     arms[f"{name}_affine"] = dict(arms[name], data__tail_rate=0.0)
   return arms
+
+
+def weighted_arms(config) -> list[tuple[str, str, str]]:
+  """`(arm, static-weight reference arm, weighting)` of the fusion-weight arms."""
+  return [
+    (f"{model}_{WEIGHTING_SUFFIX[w]}", model, w)
+    for model in config.study.weighted_models
+    for w in config.study.weightings
+  ]
 
 
 def arm_model(arm_results: Mapping) -> str:
@@ -72,9 +93,13 @@ def t_interval(values: np.ndarray, axis: int = -1) -> tuple[np.ndarray, np.ndarr
 
 
 def paired(results, arm: str, reference: str, metric: str = "accuracy"):
-  """(arm - reference) over seeds: per delta (mean, half-width) and over all replicates."""
+  """(arm - reference), paired by seed: per delta (mean, half-width over seeds) and over all
+  deltas (each seed's mean difference across deltas, then the interval over seeds).
+
+  Every delta of a seed shares its data and initial weights, so the (delta, seed) replicates are
+  not independent: the seeds are the units of the overall interval."""
   diff = _values(results, arm, metric) - _values(results, reference, metric)
-  return t_interval(diff), t_interval(diff.reshape(-1))
+  return t_interval(diff), t_interval(diff.mean(0))
 
 
 def _main_arms(results) -> list[str]:
@@ -117,13 +142,24 @@ PAIRS = (
 )
 
 
+def _pairs(config) -> list[tuple[str, str]]:
+  """The summary's paired comparisons: PAIRS, each weighted arm against its static-weight arm,
+  IF against LF under each dynamic weighting, and IID-Q against IID-P."""
+  pairs = list(PAIRS) + [(arm, reference) for arm, reference, _ in weighted_arms(config)]
+  for weighting in config.study.weightings:
+    suffix = WEIGHTING_SUFFIX[weighting]
+    pairs += [(f"if_{suffix}", f"lf_{suffix}"), (f"full_{suffix}", f"lf_{suffix}")]
+  pairs += [(f"{m}_p", f"{m}_q") for m in config.study.weighted_models]
+  return pairs
+
+
 def _summary(config, results) -> dict:
   deltas = list(config.data.deltas)
   summary = {"deltas": deltas, "seeds": config.data.num_seeds}
   for prefix in ("", "final_"):
-    for arm in _main_arms(results):
+    for arm in _main_arms(results) + [a for a, _, _ in weighted_arms(config) if a in results]:
       summary[f"{prefix}accuracy_{arm}"] = float(_values(results, arm, f"{prefix}accuracy").mean())
-    for arm, reference in PAIRS:
+    for arm, reference in _pairs(config):
       if arm in results and reference in results:
         (per_mean, per_half), (mean, half) = paired(results, arm, reference, f"{prefix}accuracy")
         summary[f"{prefix}{arm}_minus_{reference}"] = interval_cell(mean, half)
@@ -195,7 +231,7 @@ def _sweep_panel(ax, config, results):
 def _figure(config, results):
   deltas = np.asarray(config.data.deltas, float)
   main = _main_arms(results)
-  fig, axes = figure_grid(3, 3, figsize=(14, 11))
+  fig, axes = figure_grid(4, 3, figsize=(14, 14.5))
   for row, (prefix, title) in enumerate(
     (("", "best-validation weights"), ("final_", "final weights"))
   ):
@@ -216,12 +252,42 @@ def _figure(config, results):
   incoherence_ax.set(ylabel="W2(z1, z2) / spread of the latents", title="final weights")
   _sweep_panel(sweep_ax, config, results)
   _affine_panel(affine_ax, config, results, deltas)
+  _weighting_panels(axes[3], config, results, deltas)
   fig.suptitle(
     f"IF vs LF vs IID on two-modality synthetic data: {config.data.num_seeds} seeds per delta, "
     "95% t-intervals, paired differences"
   )
   fig.tight_layout()
   return fig
+
+
+def _weighting_panels(axes, config, results, deltas):
+  """Dynamic fusion weights (IID-Q, IID-P) minus the static weights (IID-L) of the same model, per
+  delta at both weight sets; the third panel: each arm's test accuracy over all deltas."""
+  arms = [(a, r, w) for a, r, w in weighted_arms(config) if a in results and r in results]
+  for ax, (prefix, title) in zip(
+    axes[:2], (("", "best-validation weights"), ("final_", "final weights")), strict=True
+  ):
+    series = {f"{a} - {r}": paired(results, a, r, f"{prefix}accuracy")[0] for a, r, _ in arms}
+    _errorbars(ax, deltas, series)
+    ax.axhline(0.0, color="gray", lw=0.8)
+    ax.set(ylabel="paired accuracy difference to static weights", title=title)
+    ax.legend(fontsize=6, ncol=2)
+  names = sorted({n for a, r, _ in arms for n in (a, r)}, key=lambda n: (n.split("_")[0], n))
+  for offset, prefix in ((-0.15, ""), (0.15, "final_")):
+    stats = [t_interval(_values(results, n, f"{prefix}accuracy").mean(0)) for n in names]
+    axes[2].errorbar(
+      np.arange(len(names)) + offset,
+      [m for m, _ in stats],
+      yerr=[h for _, h in stats],
+      fmt="o",
+      ms=3,
+      capsize=2,
+      label="final weights" if prefix else "best-validation weights",
+    )
+  axes[2].set_xticks(range(len(names)), names, fontsize=7, rotation=30)
+  axes[2].set(ylabel="test accuracy (mean over deltas)", title="fusion weights: L (static), q, p")
+  axes[2].legend(fontsize=6)
 
 
 def _affine_panel(ax, config, results, deltas):
@@ -245,9 +311,11 @@ def report(config, results: Mapping[str, Mapping]) -> Report:
     "Arms: lf, if, concat, if_ic / if_dc (IF + one loss), full (IID = IF + L_ic + L_dc); `_neg` arms "
     "use the prose's sign of L_ic's unimodal term (-1), the others the printed one (+1); "
     "`_alpha<a>` / `_beta<b>` arms change the loss weight; `_affine` arms use incoherence without "
-    "heavy tails. Columns without `final_`: each replicate's best-validation weights; `final_`: the "
-    "weights after all steps. Intervals: 95% Student-t over seeds; differences are paired (same "
-    "data and initial encoders per seed)."
+    "heavy tails; `_q` / `_p` arms fuse with QMF energy weights (IID-Q) / PDF co-belief weights "
+    "(IID-P) instead of the static (1/2, 1/2) (IID-L). Columns without `final_`: each replicate's "
+    "best-validation weights; `final_`: the weights after all steps. Intervals: 95% Student-t over "
+    "seeds; differences are paired (same data and initial encoders per seed); intervals over all "
+    "deltas are over the seeds' mean differences across deltas."
   )
   return Report(
     rows=_rows(config, results),
