@@ -72,7 +72,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.retrieval.first_stage_k = 5  # BM25 candidates handed to the reranker
   config.retrieval.num_chunks = 2  # tutorials in the world model's context
   config.retrieval.tutorial_len = 42  # tokens of the context slot (two 21-word tutorials)
-  config.retrieval.k1 = 1.5  # BM25
+  config.retrieval.k1 = 1.5  # BM25 (bm25s, Lucene variant)
   config.retrieval.b = 0.75
 
   config.data = ml_collections.ConfigDict()

@@ -97,15 +97,34 @@ def test_noisy_expert_rollouts_finish_and_expert_steps_are_milestones(world):
 # ---------------------------------------------------------------------------------------------------
 
 
-def test_bm25_matches_the_formula_and_ranks_a_duplicate_first(world):
-  docs = ["a b c", "a a d", "e f"]
-  index = retrieval.Bm25(docs)
-  idf_a = math.log(1 + (3 - 2 + 0.5) / (2 + 0.5))
-  avg = 8 / 3
-  tf_term = 2 * 2.5 / (2 + 1.5 * (1 - 0.75 + 0.75 * 3 / avg))
-  assert index.scores("a")[1] == pytest.approx(idf_a * tf_term, rel=1e-5)
+def _okapi_reference(docs, query, k1=1.5, b=0.75):
+  """Lucene BM25 written out term by term (idf ln(1 + (N - df + 0.5) / (df + 0.5)))."""
+  words = [d.split() for d in docs]
+  avg = sum(map(len, words)) / len(words)
+  scores = []
+  for doc in words:
+    total = 0.0
+    for term in query.split():
+      df = sum(term in d for d in words)
+      if not df:
+        continue
+      idf = math.log(1 + (len(words) - df + 0.5) / (df + 0.5))
+      tf = doc.count(term)
+      total += idf * tf / (tf + k1 * (1 - b + b * len(doc) / avg))
+    scores.append(total)
+  return np.asarray(scores)
+
+
+def test_lexical_index_matches_okapi_bm25_and_ranks_a_duplicate_first(world):
+  docs = ["menu bold on", "bold bold font size", "size of the page"]
+  index = retrieval.LexicalIndex(docs)
+  for query in ("bold", "size page", "font bold unknown", "of"):
+    reference = _okapi_reference(docs, query)
+    np.testing.assert_allclose(index.scores(query), reference, rtol=1e-5, atol=1e-7)
+    ranked, _ = index.top_k(query, 3)
+    np.testing.assert_array_equal(ranked, np.argsort(-reference, kind="stable"))
   documents, _ = mw.corpus(world[0])
-  index = retrieval.Bm25(documents)
+  index = retrieval.LexicalIndex(documents)
   for i in (0, 17, len(documents) - 1):
     assert index.top_k(documents[i], 1)[0][0] == i
 

@@ -8,7 +8,7 @@ updated environments better than the same model without retrieval, and its agent
 Map to the paper:
   `core/data/menuworld.py`      the environment (menu apps, version updates, tutorials, tasks with
                                 synonyms), pure jnp dynamics, milestones and the canonical expert.
-  `core/tutorial_retrieval.py`  BM25, query rewriting, reranking, Recall@k (Eq. 9, Fig. 3).
+  `core/tutorial_retrieval.py`  BM25 (bm25s), query rewriting, reranking, Recall@k (Eq. 9, Fig. 3).
   `core/rwom.py`                the world model's sequences and loss, one-call k-step rollouts with a KV
                                 cache (Eq. 10), the probes' likelihoods, listwise and absolute choice.
   `world.py`                    the world, index and tokenizer per config; tutorial headers.

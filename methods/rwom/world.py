@@ -25,7 +25,7 @@ class World(NamedTuple):
   moved: np.ndarray  # [apps, 8]
   documents: list[str]
   doc_keys: np.ndarray  # [D, 2] (layout, setting)
-  index: retrieval.Bm25
+  index: retrieval.LexicalIndex
   tokenizer: tokenizers.WordTokenizer
   ids: mw.TokenIds
   layout: rwom.Layout
@@ -46,7 +46,7 @@ def world_of(config: ml_collections.ConfigDict) -> World:
     moved,
     documents,
     keys,
-    retrieval.Bm25(documents, config.retrieval.k1, config.retrieval.b),
+    retrieval.LexicalIndex(documents, config.retrieval.k1, config.retrieval.b),
     tokenizer,
     mw.TokenIds(),
     rwom.Layout(config.retrieval.tutorial_len),
