@@ -372,7 +372,8 @@ def tiny_config():
   config.batch_size = 16
   config.eval.update(num_tasks=4, num_agent_tasks=4, horizon=3, contexts=("none", "retrieved"))
   config.eval.splits = ("novel", "updated")  # `seen` runs the same code on other apps
-  config.eval.agents = ("none", "rag", "wm", "rwom", "true_wm", "oracle")
+  config.eval.agents = ("none", "rag", "wm", "rwom", "rwom_absolute", "true_wm", "oracle")
+  config.judge.update(episodes=20, states=40, steps=3, batch_size=8, width=32, depth=1, num_heads=2)
   config.loop.update(log_every=2, checkpoint_every=2)
   return config
 
@@ -392,7 +393,9 @@ def test_run_writes_the_issue_keys_and_report(tmp_path):
     assert results[f"flag_auc_{context}"] == pytest.approx(
       np.mean([results[f"flag_auc_{context}_{s}"] for s in ("novel", "updated")])
     )
-  assert summary.step_traces == {"train": 1, "evaluate": 0}
+  for key in ("judge_accuracy_retrieved", "value_accuracy_retrieved", "chance_accuracy"):
+    assert 0.0 <= results[key] <= 1.0, key
+  assert summary.step_traces == {"train": 1, "judge": 1, "evaluate": 0}
   config = tiny_config()
   report = rwom_method.report(config, {"seed0": results, "seed1": results})
   assert [row["split"] for row in report.rows] == list(config.eval.splits)

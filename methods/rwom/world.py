@@ -80,6 +80,15 @@ def ranking(
   return retrieval.rerank(first, scores, world.documents, keys)
 
 
+def propose(rng: np.random.Generator, valid: np.ndarray, count: int) -> np.ndarray:
+  """`[N, count]` distinct valid actions per row (Gumbel top-k of uniform scores); rows with fewer
+  valid actions repeat their first."""
+  scores = np.where(valid, rng.random(valid.shape), -1.0)
+  order = np.argsort(-scores, 1)[:, :count]
+  ok = np.take_along_axis(valid, order, 1)
+  return np.where(ok, order, order[:, :1]).astype(np.int32)
+
+
 def gold_document(layout: int, setting: int) -> int:
   return int(layout) * mw.NUM_SETTINGS + int(setting)
 
