@@ -279,26 +279,91 @@ def test_world_model_memorises_transitions(world):
   assert np.all(np.asarray(out.milestone[:, 0]) > 0.9)  # expert steps are milestones
 
 
-def test_listwise_and_absolute_choice():
+def test_value_and_absolute_choice():
   milestones = jnp.array([[[0.1, 0.2, 0.1], [0.9, 0.6, 0.7], [0.4, 0.4, 0.4]]])
-  choice, weights = rwom.listwise_choice(milestones)
-  assert int(choice[0]) == 1
-  chex.assert_trees_all_close(weights.sum(-1), jnp.ones(1), atol=1e-6)
+  assert int(rwom.value_choice(milestones)[0]) == 1
   # a detour (no milestone now, two later) is worth less than steady progress
   detour = jnp.array([[[0.0, 1.0, 1.0], [0.9, 0.5, 0.0]]])
   chex.assert_trees_all_close(rwom.on_track(detour[0]), jnp.array([0.0, 1.35]), atol=1e-6)
-  assert int(rwom.listwise_choice(detour)[0][0]) == 1
+  assert int(rwom.value_choice(detour)[0]) == 1
   # absolute scores round to {0, .5, 1}: on-track 1.95 and 1.76 of 3 both round to 0.5, a tie
   close = jnp.array([[[0.8, 0.8, 0.8], [0.9, 0.6, 0.6], [0.0, 0.1, 0.0]]])
   picks = {int(rwom.absolute_choice(close, jax.random.key(s))[0]) for s in range(20)}
   assert picks == {0, 1}
-  assert int(rwom.listwise_choice(close)[0][0]) == 0
+  assert int(rwom.value_choice(close)[0]) == 0
   # nothing on track: a predicted no-op outranks a click that must be undone, not a milestone
   stuck = jnp.array([[[0.05, 0.9, 0.9], [0.02, 0.9, 0.9], [0.9, 0.9, 0.9]]])
   unchanged = jnp.array([[False, True, False]])
-  assert int(rwom.listwise_choice(stuck[:, :2], unchanged[:, :2], 0.5)[0][0]) == 1
-  assert int(rwom.listwise_choice(stuck[:, :2])[0][0]) == 0
-  assert int(rwom.listwise_choice(stuck, unchanged, 0.5)[0][0]) == 2
+  assert int(rwom.value_choice(stuck[:, :2], unchanged[:, :2], 0.5)[0]) == 1
+  assert int(rwom.value_choice(stuck[:, :2])[0]) == 0
+  assert int(rwom.value_choice(stuck, unchanged, 0.5)[0]) == 2
+
+
+def _judge_inputs(rng, batch, m, k, header_len=6):
+  ids = mw.TokenIds()
+  words = rng.integers(ids.word("0"), ids.word("1") + 1, (batch, header_len + mw.STATE_TOKENS))
+  actions = rng.integers(0, mw.NUM_ACTIONS, (batch, m, k))
+  states = rng.integers(ids.word("0"), ids.word("1") + 1, (batch, m, k, mw.STATE_TOKENS))
+  return ids, words[:, :header_len], words[:, header_len:], actions, states
+
+
+def test_judge_sequence_closes_each_candidate_where_it_is_scored():
+  rng = np.random.default_rng(0)
+  ids, header, state, actions, states = _judge_inputs(rng, 2, 3, 2)
+  tokens = np.asarray(rwom.judge_sequence(ids, header, state, actions, states))
+  where = rwom.judge_positions(header.shape[1], 3, 2)
+  assert tokens.shape == (2, where[-1] + 1)
+  assert np.all(tokens[:, where] == ids.word("rwd"))
+  # candidate 1's second imagined step: act a out s, right after candidate 0's block
+  start = where[0] + 1 + (3 + mw.STATE_TOKENS)
+  assert tokens[0, start + 1] == ids.action(actions[0, 1, 1])
+  np.testing.assert_array_equal(tokens[0, start + 3 : start + 3 + mw.STATE_TOKENS], states[0, 1, 1])
+
+
+def test_listwise_judge_compares_candidates_jointly():
+  """One pass over all rollouts: a candidate's score moves when another candidate's rollout
+  changes, and the judge's choice differs from the best of each rollout scored alone (every slot
+  of the sequence holding that one rollout) in some of 64 random cases."""
+  m, k, cases = 3, 2, 64
+  rng = np.random.default_rng(1)
+  ids, header, state, actions, states = _judge_inputs(rng, cases, m, k)
+  vocab = mw.TokenIds().action(mw.NUM_ACTIONS)
+  model = Transformer(vocab_size=vocab, width=16, depth=1, num_heads=2)
+  where = rwom.judge_positions(header.shape[1], m, k)
+  joint_tokens = rwom.judge_sequence(ids, header, state, actions, states)
+  params = model.init(jax.random.key(0), joint_tokens[:1])
+  joint = np.asarray(rwom.judge_scores(model, params, ids, joint_tokens, where))
+  # candidate 0's rollout fixed, the others' varied: its score varies
+  fixed = np.broadcast_to(actions[:1, :1], (cases, 1, k))
+  fixed_states = np.broadcast_to(states[:1, :1], (cases, 1, k, mw.STATE_TOKENS))
+  varied = rwom.judge_sequence(
+    ids,
+    np.repeat(header[:1], cases, 0),
+    np.repeat(state[:1], cases, 0),
+    np.concatenate([fixed, actions[:, 1:]], 1),
+    np.concatenate([fixed_states, states[:, 1:]], 1),
+  )
+  first = np.asarray(rwom.judge_scores(model, params, ids, varied, where))[:, 0]
+  assert np.ptp(first) > 1e-4
+  alone = np.zeros((cases, m))
+  for j in range(m):
+    tokens = rwom.judge_sequence(
+      ids,
+      header,
+      state,
+      np.repeat(actions[:, j : j + 1], m, 1),
+      np.repeat(states[:, j : j + 1], m, 1),
+    )
+    alone[:, j] = np.asarray(rwom.judge_scores(model, params, ids, tokens, where))[:, j]
+  differs = np.argmax(joint, -1) != np.argmax(alone, -1)
+  assert 0 < differs.sum() < cases
+
+
+def test_listwise_loss_is_the_cross_entropy_with_the_softmax():
+  scores = jnp.array([[0.0, math.log(3.0)], [2.0, 2.0]])
+  target = jnp.array([[0.5, 0.5], [1.0, 0.0]])
+  expected = 0.5 * (-0.5 * math.log(0.25) - 0.5 * math.log(0.75)) + 0.5 * math.log(2.0)
+  assert float(rwom.listwise_loss(scores, target)) == pytest.approx(expected, rel=1e-6)
 
 
 def test_pairwise_auc_counts_ties_half():
