@@ -414,3 +414,23 @@ def test_study_arms_and_report():
   assert len(report.rows) == 2 * 2 * len(config.sampling.samplers)
   assert "E1" in report.notes and "E2" in report.notes
   assert "dlm_revision_study" in report.figures
+
+
+def test_tied_curriculum_draws_codewords_whose_checks_copy_one_bit():
+  """The curriculum's tied codewords are codewords (every 4-bit check even) whose check members
+  agree up to the parity bit, and their share decays linearly to 0 at `curriculum_steps`."""
+  learned = importlib.import_module("methods.dlm_revision.learned")
+  code = parity.parity_code(12, 4, 3)
+  words = learned.tied_codewords(code, np.random.default_rng(0), 200)
+  assert np.all(np.asarray(parity.validity(jnp.asarray(words), jnp.asarray(code.groups))))
+  blocks = words[:, code.groups]  # [N, G, 4]
+  assert np.all(blocks[..., :3] == blocks[..., :1]) and np.all(
+    blocks[..., 3] == blocks[..., 0] * 3 % 2
+  )
+  config = dlm_config.get_config()
+  config.data.update(group_size=4, tied_fraction=0.8, curriculum_steps=100)
+  assert [learned.tied_share(config, s) for s in (0, 50, 100, 400)] == pytest.approx(
+    [0.8, 0.4, 0, 0]
+  )
+  config.data.curriculum_steps = 0
+  assert learned.tied_share(config, 0) == 0.0

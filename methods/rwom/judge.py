@@ -33,7 +33,9 @@ IMAGINE_CHUNK = 512  # rows per `imagine` call (one compiled shape)
 
 
 def uses_judge(config) -> bool:
-  return any(agent in JUDGE_AGENTS for agent in config.eval.agents)
+  """The judge is trained when agents run that use it (not in the agent-free simulation study)."""
+  e = config.eval
+  return bool(e.agent_splits) and any(agent in JUDGE_AGENTS for agent in e.agents)
 
 
 def judge_model(config) -> Transformer:

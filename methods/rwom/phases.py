@@ -417,7 +417,8 @@ def _hit(best, choice) -> float:
 
 
 def retrieval_recall(config, tasks_list) -> dict:
-  """Recall@1 and @5 of the gold tutorial for every target, per query pipeline (paper Fig. 3)."""
+  """Recall@1 and @5 of the gold tutorial for every target, per query pipeline (paper Fig. 3), and
+  the share of targets whose world-model context the key-match reranker changes."""
   world = world_of(config)
   targets = [
     (int(lay), int(g), int(w))
@@ -427,21 +428,27 @@ def retrieval_recall(config, tasks_list) -> dict:
     if g >= 0
   ]
   gold = np.array([gold_document(lay, g) for lay, g, _ in targets])
-  results = {}
+  results, top = {}, {}
   for query in QUERIES:
     ranks = np.stack([ranking(world, lay, g, w, query, 5)[:5] for lay, g, w in targets])
     results[f"recall1_{query}"] = float(np.mean(ranks[:, 0] == gold))
     results[f"recall5_{query}"] = float(np.mean(np.any(ranks == gold[:, None], 1)))
+    top[query] = ranks[:, : config.retrieval.num_chunks]
+  # the reranker's ablation: the share of targets whose context (top num_chunks) it changes
+  results["rerank_changes_context"] = float(
+    np.mean(np.any(top["rewrite"] != top["rewrite_rerank"], 1))
+  )
   return results
 
 
 def evaluate(config, params, rng, judge_params=None) -> dict:
   e = config.eval
   ev = Evaluator(config, params, judge_params)
-  results, agent_tasks = {}, []
+  results, agent_tasks, probe_tasks = {}, [], []
   np_rng = np.random.default_rng([config.seed, 5])
   for split in e.splits:
     tasks = split_tasks(config, split, e.num_tasks, e.sim_sizes, 101)
+    probe_tasks.append(tasks)
     context = {c: headers(config, tasks, c, config.seed + 3) for c in e.contexts}
     part = simulation(ev, tasks, context)
     part.update(next_state_identification(ev, tasks, context, np_rng))
@@ -460,7 +467,7 @@ def evaluate(config, params, rng, judge_params=None) -> dict:
       part.update(agents.run_all(ev, agent_set, jax.random.fold_in(rng, SPLITS.index(split))))
     logging.info("rwom %s: %s", split, {k: np.round(v, 3) for k, v in part.items()})
     results.update({f"{k}_{split}": v for k, v in part.items()})
-  results.update(retrieval_recall(config, agent_tasks))
+  results.update(retrieval_recall(config, agent_tasks or probe_tasks))
   return results | headline(config, results)
 
 

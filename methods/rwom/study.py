@@ -133,6 +133,7 @@ def _summary(config, results) -> dict:
   keys += [f"{k}_{c}_{s}" for k, _ in DIAGNOSTICS for c in DIAGNOSTIC_CONTEXTS for s in e.splits]
   keys += [f"success_{a}_{s}" for a in e.agents for s in e.agent_splits]
   keys += [f"recall{k}_{q}" for k in (1, 5) for q in ("raw", "rewrite", "rewrite_rerank")]
+  keys += ["rerank_changes_context"]
   for key in keys:
     values = _values(results, key)
     if values:
