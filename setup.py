@@ -38,6 +38,7 @@ setuptools.setup(
     "h5py>=3.10",  # reads the Spiking Heidelberg Digits files (dgn_snn's gpu variant)
     "scipy>=1.11",  # sparse graph algorithms (fgl), special functions
     "regex>=2023.0",  # Unicode classes of tokenizer.json pre-tokenizers (token_guard's gpu variant)
+    "bm25s>=0.3.16",  # BM25 first-stage tutorial retrieval (rwom)
   ],
   extras_require={
     # librosa: the reference of the mel filterbank test (flow2gan). TensorFlow: tfds's Audio feature

@@ -78,6 +78,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # find in 3000 CPU steps (NELBO flat at 1 bit/token; results doc), so only the gpu variant uses 4.
   config.data.group_size = 2
   config.data.code_seed = 0  # the fixed random permutation that forms the groups
+  # curriculum (methods/dlm_revision/learned.py `tied_codewords`): the share of training codewords
+  # whose checks are tied (positions of a check pairwise correlated), decaying linearly from
+  # tied_fraction to 0 over curriculum_steps (0: off, uniform codewords throughout)
+  config.data.tied_fraction = 0.0
+  config.data.curriculum_steps = 0
 
   config.model = ml_collections.ConfigDict()
   config.model.width = 64
@@ -148,6 +153,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.sampling.rounds = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
     config.sampling.max_corrective_rounds = 256
     config.sampling.extra_rounds = 64
-    config.sampling.num_samples = 1000  # per seed: one pass is 1000 x 256 tokens of an 8-block model
+    config.sampling.num_samples = (
+      1000  # per seed: one pass is 1000 x 256 tokens of an 8-block model
+    )
     config.loop = common.loop_config(log_every=500, checkpoint_every=5000)
   return config

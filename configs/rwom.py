@@ -14,8 +14,11 @@ apps (three settings moved: stale knowledge); BM25 retrieval (`core/tutorial_ret
 Variants:
   default  192 apps (160 train), a 2-block width-64 world model, 1200 steps; probes, simulation by
            horizon and the agents on 48 tasks per split: ~4 CPU-minutes.
-  study    two arms (seeds: world, data and model) of the default with 64 tasks per split;
-           ~12 CPU-minutes.
+  study    four arms (seeds 0-3: world, data and model) of the default on novel and updated apps,
+           64 tasks per split, no agents: the simulation gain over every horizon and the listwise
+           judge's accuracy against the per-candidate value and chance.
+  agents   two seeds with the agents: the listwise judge (wm, rwom) against the absolute reward
+           (rwom_absolute) and the per-candidate value (rwom_value), 48 tasks per split.
   reward_weighted
            the decisive experiment for the agent result: the study's two seeds with the milestone
            flag's loss weighted 1 (the default) and 10, milestone recognition with and without
@@ -39,6 +42,7 @@ Variants:
 
   python experiments/train.py --config=configs/rwom.py --workdir=runs/rwom
   python experiments/study.py --config=configs/rwom.py:study --workdir=runs/rwom_study
+  python experiments/study.py --config=configs/rwom.py:agents --workdir=runs/rwom_agents
   python experiments/study.py --config=configs/rwom.py:reward_weighted --workdir=runs/rwom_reward
   python experiments/study.py --config=configs/rwom.py:counterfactual --workdir=runs/rwom_cf
 """
@@ -47,7 +51,7 @@ import ml_collections
 
 from configs import common
 
-VARIANTS = ("default", "study", "reward_weighted", "counterfactual", "gpu")
+VARIANTS = ("default", "study", "agents", "reward_weighted", "counterfactual", "gpu")
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -72,7 +76,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.retrieval.first_stage_k = 5  # BM25 candidates handed to the reranker
   config.retrieval.num_chunks = 2  # tutorials in the world model's context
   config.retrieval.tutorial_len = 42  # tokens of the context slot (two 21-word tutorials)
-  config.retrieval.k1 = 1.5  # BM25
+  config.retrieval.k1 = 1.5  # BM25 (bm25s, Lucene variant)
   config.retrieval.b = 0.75
 
   config.data = ml_collections.ConfigDict()
@@ -105,6 +109,20 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.optim.weight_decay = 0.01
   config.optim.grad_clip = 1.0
 
+  # the listwise judge of Eq. 11 (methods/rwom/judge.py): a bidirectional transformer over all
+  # candidates' imagined rollouts, trained after the world model on its own rollouts (ListNet loss
+  # against the candidates whose first action brings the task closest)
+  config.judge = ml_collections.ConfigDict()
+  config.judge.width = 64
+  config.judge.depth = 2
+  config.judge.num_heads = 4
+  config.judge.episodes = 800  # fresh noisy-expert episodes on the train apps
+  config.judge.states = 4096  # their states, each with eval.candidates imagined rollouts
+  config.judge.steps = 600
+  config.judge.batch_size = 64
+  config.judge.learning_rate = 2e-3
+  config.judge.warmup_steps = 50
+
   config.eval = ml_collections.ConfigDict()
   config.eval.splits = ("seen", "novel", "updated")
   config.eval.agent_splits = ("novel", "updated")
@@ -120,7 +138,18 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.eval.segment_steps = 3  # probe 3's segments
   config.eval.num_agent_tasks = 48  # tasks per split for the agents
   config.eval.agent_sizes = (1, 2, 3)
-  config.eval.agents = ("none", "rag", "wm", "rwom", "rwom_absolute", "true_wm", "oracle")
+  # wm / rwom pick by the listwise judge; rwom_absolute (the baseline) by {0, .5, 1} scores of the
+  # milestone flags, rwom_value by each rollout's flag value alone
+  config.eval.agents = (
+    "none",
+    "rag",
+    "wm",
+    "rwom",
+    "rwom_absolute",
+    "rwom_value",
+    "true_wm",
+    "oracle",
+  )
   config.eval.candidates = 3  # m: proposals per real step (the paper's best m)
   config.eval.imagine_steps = 3  # k: imagined steps per candidate (the paper's best k)
   # value of a proposal the world model predicts to change nothing (core.rwom.rollout_value): with
@@ -145,8 +174,20 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   common.add_parallelism(config)
 
   if variant == "study":
+    # the simulation gain and the listwise judge over four worlds x seeds; no agents (`agents`)
+    config.eval.splits = ("novel", "updated")
+    config.eval.agent_splits = ()
+    config.eval.contexts = ("none", "retrieved")
     config.eval.num_tasks = 64
-    config.eval.num_agent_tasks = 64
+    config.study.seeds = (0, 1, 2, 3)
+  if variant == "agents":
+    # the planning agents: the listwise judge (rwom, wm) against the absolute reward and the
+    # per-candidate value on two seeds
+    config.eval.splits = ("novel", "updated")
+    config.eval.contexts = ("none", "retrieved")
+    config.eval.agents = ("none", "wm", "rwom", "rwom_absolute", "rwom_value", "true_wm", "oracle")
+    config.eval.num_tasks = 32
+    config.eval.num_agent_tasks = 48
     config.study.seeds = (0, 1)
   if variant == "reward_weighted":
     # is the agent's failure the milestone flag's share of the loss? the same two seeds as the

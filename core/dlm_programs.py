@@ -44,6 +44,12 @@ the output is (inputs, parity).
                        masked b as NOT(old b), read off a's mask, and frees a. 2D rounds, peak
                        footprint 1.5 n.
 
+Space on a deep narrow circuit: the XOR chain over n fresh coins (a_t = a_{t-1} xor c_t; depth n + 1,
+width 2, size 2n). Balanced trees have width and size both Theta(n), so they cannot tell O(width) from
+O(size); the chain can.
+  xor_chain_monotone   one position per gate, L = 2n, footprint 2n (size).
+  xor_chain_revision   four positions rewritten every round, footprint 4 (width) for every n.
+
 `run` samples a program (one `lax.scan` over rounds, the trajectory kept for trace learning),
 `exact_output_distribution` propagates the exact law of the state by enumeration (small L), and
 `learned_program` replaces a program's transitions by a trained per-position model restricted to the
@@ -400,6 +406,74 @@ XOR_TREES = {
   "revision": xor_tree_revision,
   "remasking": xor_tree_remasking,
 }
+
+
+# ---------------------------------------------------------------------------------------------------
+# A deep narrow circuit: the XOR chain (space, Thm 3.2 with width O(1) and size O(n))
+# ---------------------------------------------------------------------------------------------------
+
+
+def _chain_length(n: int) -> int:
+  if n < 2:
+    raise ValueError(f"xor chain: n must be >= 2, got {n}")
+  return n
+
+
+def xor_chain_monotone(n: int) -> Program:
+  """Monotone CoT of the XOR chain: coin c_t (a fresh fair bit, the predictor's own randomness) at
+  position t, revealed in round t; accumulator a_t = a_{t-1} xor c_t (a_0 = c_0) at position n + t,
+  revealed in round t + 1. Depth n + 1, width 2, size 2n: L = 2n, n + 1 rounds; output
+  (a_{n-2}, c_{n-1}, a_{n-1}), valid when the last equals the XOR of the first two."""
+  _chain_length(n)
+  index = jnp.arange(2 * n)
+  is_coin = index < n
+  acc = jnp.clip(index - n, 0, n - 1)
+  prev = jnp.clip(n + acc - 1, n, 2 * n - 1)
+
+  def transition(states, r):
+    before = jnp.where(acc >= 1, states[..., prev], 0)
+    value = (before + states[..., acc]) % 2
+    out = _choose(is_coin & (index == r), _fair_like(states), _one_hot(states))
+    return _choose(~is_coin & (acc + 1 == r), _one_hot(value), out)
+
+  def active(r):
+    i = np.arange(2 * n)
+    return ((i < n) & (i == r)) | ((i >= n) & (i - n + 1 == r))
+
+  outputs = np.array([2 * n - 2, n - 1, 2 * n - 1])
+  return Program("xor_chain_monotone", "monotone", 2 * n, n + 1, transition, outputs, active)
+
+
+CHAIN_PREV, CHAIN_USED, CHAIN_ACC, CHAIN_NEXT = 0, 1, 2, 3
+
+
+def xor_chain_revision(n: int) -> Program:
+  """The XOR chain in place with revision, four positions (prev, used, acc, next) whatever n:
+  round 0 draws the first coin into `next`; round t >= 1 revises prev <- acc, used <- next,
+  acc <- acc xor next (acc masked reads 0) and, while coins remain, next <- a fresh coin. n + 1
+  rounds, footprint 4; output (prev, used, acc) as for `xor_chain_monotone`."""
+  _chain_length(n)
+  fresh = jnp.asarray([0, 0, 0, 1], bool)
+
+  def transition(states, r):
+    acc = jnp.where(states[..., CHAIN_ACC] == MASK, 0, states[..., CHAIN_ACC])
+    step = jnp.stack(
+      [
+        states[..., CHAIN_ACC],
+        states[..., CHAIN_NEXT],
+        (acc + states[..., CHAIN_NEXT]) % 2,
+        states[..., CHAIN_NEXT],
+      ],
+      -1,
+    )
+    out = _choose(jnp.asarray(r >= 1) & jnp.ones(4, bool), _one_hot(step), _one_hot(states))
+    return _choose(fresh & (r < n), _fair_like(states), out)
+
+  outputs = np.array([CHAIN_PREV, CHAIN_USED, CHAIN_ACC])
+  return Program("xor_chain_revision", "revision", 4, n + 1, transition, outputs, _all_rounds(4))
+
+
+XOR_CHAINS = {"monotone": xor_chain_monotone, "revision": xor_chain_revision}
 
 
 def active_table(program: Program) -> np.ndarray:

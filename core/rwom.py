@@ -29,15 +29,24 @@ rollout, as an LLM world model does in the paper's LongCoT rollout).
   teacher_forced_readout the model's own action and P(r = 1) of teacher-forced transitions (the
                        home-screen flag diagnostics).
   pairwise_auc         ROC AUC of flag probabilities against true flags.
-  listwise_choice      Eq. 11: rollouts of all candidates compared jointly (softmax over their
-                       `rollout_value`: the expected number of imagined steps before the first
-                       non-milestone, `on_track`, plus a bonus for a predicted no-op);
-                       `absolute_choice` scores each alone in {0, .5, 1} (the WebDreamer-style
-                       baseline).
+  judge_sequence, judge_scores, listwise_loss
+                       Eq. 11: the listwise reward. All candidates' imagined rollouts in one
+                       sequence, one bidirectional pass of a judge transformer, a score per
+                       candidate read at its closing token (each depends on all rollouts), their
+                       softmax the distribution over candidates, trained with a listwise (ListNet)
+                       cross-entropy against the environment's best candidates.
+  absolute_choice      the baseline: each rollout scored alone in {0, .5, 1} from its milestone
+                       flags (WebDreamer-style absolute rewards).
+  value_choice         each rollout's `rollout_value` alone (expected imagined steps before the
+                       first non-milestone, `on_track`, plus a bonus for a predicted no-op), argmax:
+                       the planner fed the true environment, and an ablation.
 
 Choices where the paper is open or does not apply here:
   * One model serves with and without retrieval (tutorial slot dropped at rate `tutorial_dropout` in
     training): the paper compares the same LLM with and without retrieved tutorials.
+  * The listwise judge is a separate small transformer over the world model's vocabulary, trained
+    after the world model on its own imagined rollouts (the paper's judge is the same LLM, which
+    brings the comparison from pre-training); the candidates' order in the sequence is random.
   * The "LongCoT" rollout is a chain of single-transition calls inside one jitted scan; the state is
     Markov, so the tutorials and goal are re-read at every imagined step instead of carried in one long
     context (which would not fit a 2-layer model's training length).
@@ -297,11 +306,50 @@ def rollout_value(milestones, unchanged=None, no_op_value: float = 0.0) -> jax.A
   return value
 
 
-def listwise_choice(milestones, unchanged=None, no_op_value: float = 0.0):
-  """Eq. 11: candidates' rollouts `milestones [E, m, k]` ranked jointly; returns the chosen index and
-  the softmax over candidates of their `rollout_value`s."""
-  weights = jax.nn.softmax(rollout_value(milestones, unchanged, no_op_value), axis=-1)
-  return jnp.argmax(weights, -1), weights
+def value_choice(milestones, unchanged=None, no_op_value: float = 0.0) -> jax.Array:
+  """The best `rollout_value` of candidates' rollouts `milestones [E, m, k]`, each scored alone (a
+  per-candidate argmax: the planner of `true_wm`, and the `rwom_value` ablation)."""
+  return jnp.argmax(rollout_value(milestones, unchanged, no_op_value), -1)
+
+
+def judge_sequence(ids: mw.TokenIds, header, state, actions, states) -> jax.Array:
+  """Eq. 11's input, every candidate's imagined rollout in one sequence (jnp, batched over leading
+  axes): `header state(11)` then, per candidate j of `actions [..., m, k]` / `states [..., m, k,
+  11]`, `act a_j1 out s_j1 ... act a_jk out s_jk rwd`; the `rwd` closing each candidate is where the
+  judge writes its score (`judge_positions`)."""
+  lead = actions.shape[:-1]
+
+  def word(name):
+    return jnp.full(lead + (actions.shape[-1], 1), ids.word(name), jnp.int32)
+
+  steps = jnp.concatenate(
+    [word("act"), ids.action(actions)[..., None], word("out"), states], axis=-1
+  )  # [..., m, k, 14]
+  blocks = steps.reshape(lead + (-1,))
+  blocks = jnp.concatenate([blocks, jnp.full(lead + (1,), ids.word("rwd"), jnp.int32)], -1)
+  flat = blocks.reshape(lead[:-1] + (-1,))
+  return jnp.concatenate([header, state, flat], -1).astype(jnp.int32)
+
+
+def judge_positions(header_len: int, num_candidates: int, imagine_steps: int) -> np.ndarray:
+  """Positions of the candidates' `rwd` tokens in a `judge_sequence`."""
+  block = imagine_steps * (3 + mw.STATE_TOKENS) + 1
+  return header_len + mw.STATE_TOKENS + block * np.arange(1, num_candidates + 1) - 1
+
+
+def judge_scores(model: Transformer, params, ids: mw.TokenIds, tokens, positions) -> jax.Array:
+  """Eq. 11's listwise reward: one bidirectional pass over all candidates' rollouts `tokens [B, L]`;
+  candidate j's score is the logit of `1` at its `rwd` token `positions[j]`, so every score depends
+  on every rollout (the candidates are compared, not scored alone). Returns `[B, m]`; their softmax
+  is the judge's distribution over candidates."""
+  logits = model.apply(params, tokens, mask=attention.bidirectional_mask()).logits
+  return logits[:, positions, ids.word("1")]
+
+
+def listwise_loss(scores, target) -> jax.Array:
+  """ListNet cross-entropy between the softmax of `scores [B, m]` and a target distribution over
+  the candidates `target [B, m]` (rows sum to 1), mean over rows."""
+  return jnp.mean(optax.softmax_cross_entropy(scores, target))
 
 
 def absolute_choice(milestones, rng, unchanged=None, no_op_value: float = 0.0) -> jax.Array:

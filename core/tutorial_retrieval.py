@@ -1,10 +1,10 @@
 """Reasoning-aware tutorial retrieval of R-WoM (Mei et al., ICLR 2026, Sec. 3, Eq. 9): first-stage
 lexical retrieval of top-k chunks, query rewriting, and reranking.
 
-  Bm25            Okapi BM25 (Robertson & Zaragoza 2009) over whitespace tokens in numpy: the Lucene /
-                  bm25s form, idf = ln(1 + (N - df + 0.5) / (df + 0.5)), term score
-                  idf * tf (k1 + 1) / (tf + k1 (1 - b + b |d| / avgdl)), k1 = 1.5, b = 0.75 (bm25s'
-                  defaults). Written here because `bm25s` is not a dependency of this repository.
+  LexicalIndex    Okapi BM25 (Robertson & Zaragoza 2009) over whitespace tokens, `bm25s`
+                  (Lucene variant: idf = ln(1 + (N - df + 0.5) / (df + 0.5)), term score
+                  idf * tf / (tf + k1 (1 - b + b |d| / avgdl)), k1 = 1.5, b = 0.75 its defaults);
+                  ties broken by document index.
   rewrite_query   the paper's de-contextualising rewrite, here a table from the user's words to the
                   corpus's canonical names (words it does not know stay as they are).
   rerank          the paper's listwise LLM reranker E = f_rank(C_k, q), here a re-scoring of the
@@ -15,35 +15,25 @@ lexical retrieval of top-k chunks, query rewriting, and reranking.
 
 from __future__ import annotations
 
-import collections
 from collections.abc import Mapping, Sequence
 
+import bm25s
 import numpy as np
 
 
-class Bm25:
-  """A BM25 index over `documents`; `scores(query)` is `[num_documents]`."""
+class LexicalIndex:
+  """A `bm25s` BM25 index over whitespace-tokenised `documents`; `scores(query)` is
+  `[num_documents]`."""
 
   def __init__(self, documents: Sequence[str], k1: float = 1.5, b: float = 0.75):
     if not documents:
-      raise ValueError("Bm25: documents must not be empty")
-    self.k1, self.b = k1, b
-    counts = [collections.Counter(doc.split()) for doc in documents]
-    self.vocab = {w: i for i, w in enumerate(sorted({w for c in counts for w in c}))}
-    tf = np.zeros((len(documents), len(self.vocab)), np.float32)
-    for row, c in enumerate(counts):
-      for word, n in c.items():
-        tf[row, self.vocab[word]] = n
-    lengths = tf.sum(1, keepdims=True)
-    df = (tf > 0).sum(0)
-    n = len(documents)
-    self.idf = np.log(1.0 + (n - df + 0.5) / (df + 0.5)).astype(np.float32)
-    norm = k1 * (1.0 - b + b * lengths / lengths.mean())
-    self.weights = self.idf * tf * (k1 + 1.0) / (tf + norm)  # [D, V]
+      raise ValueError("LexicalIndex: documents must not be empty")
+    self.num_documents = len(documents)
+    self.index = bm25s.BM25(k1=k1, b=b, method="lucene")
+    self.index.index([doc.split() for doc in documents], show_progress=False)
 
   def scores(self, query: str) -> np.ndarray:
-    ids = [self.vocab[w] for w in query.split() if w in self.vocab]
-    return self.weights[:, ids].sum(1) if ids else np.zeros(len(self.weights), np.float32)
+    return np.asarray(self.index.get_scores(query.split()), np.float32)
 
   def top_k(self, query: str, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Indices and scores of the `k` best documents (stable: ties by index)."""

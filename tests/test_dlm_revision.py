@@ -103,6 +103,29 @@ def test_xor_trees_are_exact_with_size_vs_width_footprints(n):
   assert programs.xor_tree_remasking(8).num_rounds == 2 * 3
 
 
+@pytest.mark.parametrize("n", [3, 6])
+def test_xor_chain_footprint_is_its_size_monotone_and_its_width_with_revision(n):
+  """The deep narrow circuit: monotone CoT holds all 2n gates, revision four positions; both
+  output the running parity of the n coins they drew, and the output law is exactly uniform over
+  the four consistent triples."""
+  monotone, revision = programs.xor_chain_monotone(n), programs.xor_chain_revision(n)
+  out = programs.run(monotone, jax.random.key(n), 512)
+  coins = np.asarray(out.states[:, :n])
+  np.testing.assert_array_equal(np.asarray(out.outputs[:, 2]), coins.sum(1) % 2)
+  assert int(out.footprint.max()) == 2 * n and monotone.num_rounds == n + 1
+  assert int(out.remasks.sum()) == 0 and int(out.revisions.sum()) == 0
+  out = programs.run(revision, jax.random.key(n + 1), 512, keep_trace=True)
+  drawn = np.asarray(out.trace[1 : n + 1, :, programs.CHAIN_NEXT]).T  # coin t drawn in round t
+  np.testing.assert_array_equal(np.asarray(out.outputs[:, 2]), drawn.sum(1) % 2)
+  assert int(out.footprint.max()) == 4 and revision.num_rounds == n + 1
+  assert int(out.remasks.sum()) == 0 and int(out.revisions.sum()) > 0
+  valid = {(a, b, (a + b) % 2) for a in (0, 1) for b in (0, 1)}
+  for program in (monotone, revision):
+    law = programs.exact_output_distribution(program)
+    assert set(law) == valid
+    np.testing.assert_allclose(list(law.values()), 0.25, atol=1e-6)
+
+
 def test_learned_program_copies_inactive_positions():
   program = programs.xor_tree_monotone(4)
   uniform = lambda states, r: jnp.full((*states.shape, 3), 1 / 3)
@@ -312,6 +335,9 @@ def test_program_experiments_run_through_the_loop(tmp_path):
   assert results["space_monotone_footprint"] == [7.0]
   assert results["space_remasking_footprint"] == [6.0]
   assert results["space_min_validity_exact"] == 1.0
+  assert results["space_chain_monotone_footprint"] == [8.0]
+  assert results["space_chain_revision_footprint"] == [4.0]
+  assert results["space_min_validity_chain"] == 1.0
   assert "space_min_validity_learned" not in results
 
 
@@ -388,3 +414,23 @@ def test_study_arms_and_report():
   assert len(report.rows) == 2 * 2 * len(config.sampling.samplers)
   assert "E1" in report.notes and "E2" in report.notes
   assert "dlm_revision_study" in report.figures
+
+
+def test_tied_curriculum_draws_codewords_whose_checks_copy_one_bit():
+  """The curriculum's tied codewords are codewords (every 4-bit check even) whose check members
+  agree up to the parity bit, and their share decays linearly to 0 at `curriculum_steps`."""
+  learned = importlib.import_module("methods.dlm_revision.learned")
+  code = parity.parity_code(12, 4, 3)
+  words = learned.tied_codewords(code, np.random.default_rng(0), 200)
+  assert np.all(np.asarray(parity.validity(jnp.asarray(words), jnp.asarray(code.groups))))
+  blocks = words[:, code.groups]  # [N, G, 4]
+  assert np.all(blocks[..., :3] == blocks[..., :1]) and np.all(
+    blocks[..., 3] == blocks[..., 0] * 3 % 2
+  )
+  config = dlm_config.get_config()
+  config.data.update(group_size=4, tied_fraction=0.8, curriculum_steps=100)
+  assert [learned.tied_share(config, s) for s in (0, 50, 100, 400)] == pytest.approx(
+    [0.8, 0.4, 0, 0]
+  )
+  config.data.curriculum_steps = 0
+  assert learned.tied_share(config, 0) == 0.0

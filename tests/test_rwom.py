@@ -97,15 +97,34 @@ def test_noisy_expert_rollouts_finish_and_expert_steps_are_milestones(world):
 # ---------------------------------------------------------------------------------------------------
 
 
-def test_bm25_matches_the_formula_and_ranks_a_duplicate_first(world):
-  docs = ["a b c", "a a d", "e f"]
-  index = retrieval.Bm25(docs)
-  idf_a = math.log(1 + (3 - 2 + 0.5) / (2 + 0.5))
-  avg = 8 / 3
-  tf_term = 2 * 2.5 / (2 + 1.5 * (1 - 0.75 + 0.75 * 3 / avg))
-  assert index.scores("a")[1] == pytest.approx(idf_a * tf_term, rel=1e-5)
+def _okapi_reference(docs, query, k1=1.5, b=0.75):
+  """Lucene BM25 written out term by term (idf ln(1 + (N - df + 0.5) / (df + 0.5)))."""
+  words = [d.split() for d in docs]
+  avg = sum(map(len, words)) / len(words)
+  scores = []
+  for doc in words:
+    total = 0.0
+    for term in query.split():
+      df = sum(term in d for d in words)
+      if not df:
+        continue
+      idf = math.log(1 + (len(words) - df + 0.5) / (df + 0.5))
+      tf = doc.count(term)
+      total += idf * tf / (tf + k1 * (1 - b + b * len(doc) / avg))
+    scores.append(total)
+  return np.asarray(scores)
+
+
+def test_lexical_index_matches_okapi_bm25_and_ranks_a_duplicate_first(world):
+  docs = ["menu bold on", "bold bold font size", "size of the page"]
+  index = retrieval.LexicalIndex(docs)
+  for query in ("bold", "size page", "font bold unknown", "of"):
+    reference = _okapi_reference(docs, query)
+    np.testing.assert_allclose(index.scores(query), reference, rtol=1e-5, atol=1e-7)
+    ranked, _ = index.top_k(query, 3)
+    np.testing.assert_array_equal(ranked, np.argsort(-reference, kind="stable"))
   documents, _ = mw.corpus(world[0])
-  index = retrieval.Bm25(documents)
+  index = retrieval.LexicalIndex(documents)
   for i in (0, 17, len(documents) - 1):
     assert index.top_k(documents[i], 1)[0][0] == i
 
@@ -260,26 +279,91 @@ def test_world_model_memorises_transitions(world):
   assert np.all(np.asarray(out.milestone[:, 0]) > 0.9)  # expert steps are milestones
 
 
-def test_listwise_and_absolute_choice():
+def test_value_and_absolute_choice():
   milestones = jnp.array([[[0.1, 0.2, 0.1], [0.9, 0.6, 0.7], [0.4, 0.4, 0.4]]])
-  choice, weights = rwom.listwise_choice(milestones)
-  assert int(choice[0]) == 1
-  chex.assert_trees_all_close(weights.sum(-1), jnp.ones(1), atol=1e-6)
+  assert int(rwom.value_choice(milestones)[0]) == 1
   # a detour (no milestone now, two later) is worth less than steady progress
   detour = jnp.array([[[0.0, 1.0, 1.0], [0.9, 0.5, 0.0]]])
   chex.assert_trees_all_close(rwom.on_track(detour[0]), jnp.array([0.0, 1.35]), atol=1e-6)
-  assert int(rwom.listwise_choice(detour)[0][0]) == 1
+  assert int(rwom.value_choice(detour)[0]) == 1
   # absolute scores round to {0, .5, 1}: on-track 1.95 and 1.76 of 3 both round to 0.5, a tie
   close = jnp.array([[[0.8, 0.8, 0.8], [0.9, 0.6, 0.6], [0.0, 0.1, 0.0]]])
   picks = {int(rwom.absolute_choice(close, jax.random.key(s))[0]) for s in range(20)}
   assert picks == {0, 1}
-  assert int(rwom.listwise_choice(close)[0][0]) == 0
+  assert int(rwom.value_choice(close)[0]) == 0
   # nothing on track: a predicted no-op outranks a click that must be undone, not a milestone
   stuck = jnp.array([[[0.05, 0.9, 0.9], [0.02, 0.9, 0.9], [0.9, 0.9, 0.9]]])
   unchanged = jnp.array([[False, True, False]])
-  assert int(rwom.listwise_choice(stuck[:, :2], unchanged[:, :2], 0.5)[0][0]) == 1
-  assert int(rwom.listwise_choice(stuck[:, :2])[0][0]) == 0
-  assert int(rwom.listwise_choice(stuck, unchanged, 0.5)[0][0]) == 2
+  assert int(rwom.value_choice(stuck[:, :2], unchanged[:, :2], 0.5)[0]) == 1
+  assert int(rwom.value_choice(stuck[:, :2])[0]) == 0
+  assert int(rwom.value_choice(stuck, unchanged, 0.5)[0]) == 2
+
+
+def _judge_inputs(rng, batch, m, k, header_len=6):
+  ids = mw.TokenIds()
+  words = rng.integers(ids.word("0"), ids.word("1") + 1, (batch, header_len + mw.STATE_TOKENS))
+  actions = rng.integers(0, mw.NUM_ACTIONS, (batch, m, k))
+  states = rng.integers(ids.word("0"), ids.word("1") + 1, (batch, m, k, mw.STATE_TOKENS))
+  return ids, words[:, :header_len], words[:, header_len:], actions, states
+
+
+def test_judge_sequence_closes_each_candidate_where_it_is_scored():
+  rng = np.random.default_rng(0)
+  ids, header, state, actions, states = _judge_inputs(rng, 2, 3, 2)
+  tokens = np.asarray(rwom.judge_sequence(ids, header, state, actions, states))
+  where = rwom.judge_positions(header.shape[1], 3, 2)
+  assert tokens.shape == (2, where[-1] + 1)
+  assert np.all(tokens[:, where] == ids.word("rwd"))
+  # candidate 1's second imagined step: act a out s, right after candidate 0's block
+  start = where[0] + 1 + (3 + mw.STATE_TOKENS)
+  assert tokens[0, start + 1] == ids.action(actions[0, 1, 1])
+  np.testing.assert_array_equal(tokens[0, start + 3 : start + 3 + mw.STATE_TOKENS], states[0, 1, 1])
+
+
+def test_listwise_judge_compares_candidates_jointly():
+  """One pass over all rollouts: a candidate's score moves when another candidate's rollout
+  changes, and the judge's choice differs from the best of each rollout scored alone (every slot
+  of the sequence holding that one rollout) in some of 64 random cases."""
+  m, k, cases = 3, 2, 64
+  rng = np.random.default_rng(1)
+  ids, header, state, actions, states = _judge_inputs(rng, cases, m, k)
+  vocab = mw.TokenIds().action(mw.NUM_ACTIONS)
+  model = Transformer(vocab_size=vocab, width=16, depth=1, num_heads=2)
+  where = rwom.judge_positions(header.shape[1], m, k)
+  joint_tokens = rwom.judge_sequence(ids, header, state, actions, states)
+  params = model.init(jax.random.key(0), joint_tokens[:1])
+  joint = np.asarray(rwom.judge_scores(model, params, ids, joint_tokens, where))
+  # candidate 0's rollout fixed, the others' varied: its score varies
+  fixed = np.broadcast_to(actions[:1, :1], (cases, 1, k))
+  fixed_states = np.broadcast_to(states[:1, :1], (cases, 1, k, mw.STATE_TOKENS))
+  varied = rwom.judge_sequence(
+    ids,
+    np.repeat(header[:1], cases, 0),
+    np.repeat(state[:1], cases, 0),
+    np.concatenate([fixed, actions[:, 1:]], 1),
+    np.concatenate([fixed_states, states[:, 1:]], 1),
+  )
+  first = np.asarray(rwom.judge_scores(model, params, ids, varied, where))[:, 0]
+  assert np.ptp(first) > 1e-4
+  alone = np.zeros((cases, m))
+  for j in range(m):
+    tokens = rwom.judge_sequence(
+      ids,
+      header,
+      state,
+      np.repeat(actions[:, j : j + 1], m, 1),
+      np.repeat(states[:, j : j + 1], m, 1),
+    )
+    alone[:, j] = np.asarray(rwom.judge_scores(model, params, ids, tokens, where))[:, j]
+  differs = np.argmax(joint, -1) != np.argmax(alone, -1)
+  assert 0 < differs.sum() < cases
+
+
+def test_listwise_loss_is_the_cross_entropy_with_the_softmax():
+  scores = jnp.array([[0.0, math.log(3.0)], [2.0, 2.0]])
+  target = jnp.array([[0.5, 0.5], [1.0, 0.0]])
+  expected = 0.5 * (-0.5 * math.log(0.25) - 0.5 * math.log(0.75)) + 0.5 * math.log(2.0)
+  assert float(rwom.listwise_loss(scores, target)) == pytest.approx(expected, rel=1e-6)
 
 
 def test_pairwise_auc_counts_ties_half():
@@ -353,7 +437,8 @@ def tiny_config():
   config.batch_size = 16
   config.eval.update(num_tasks=4, num_agent_tasks=4, horizon=3, contexts=("none", "retrieved"))
   config.eval.splits = ("novel", "updated")  # `seen` runs the same code on other apps
-  config.eval.agents = ("none", "rag", "wm", "rwom", "true_wm", "oracle")
+  config.eval.agents = ("none", "rag", "wm", "rwom", "rwom_absolute", "true_wm", "oracle")
+  config.judge.update(episodes=20, states=40, steps=3, batch_size=8, width=32, depth=1, num_heads=2)
   config.loop.update(log_every=2, checkpoint_every=2)
   return config
 
@@ -373,7 +458,9 @@ def test_run_writes_the_issue_keys_and_report(tmp_path):
     assert results[f"flag_auc_{context}"] == pytest.approx(
       np.mean([results[f"flag_auc_{context}_{s}"] for s in ("novel", "updated")])
     )
-  assert summary.step_traces == {"train": 1, "evaluate": 0}
+  for key in ("judge_accuracy_retrieved", "value_accuracy_retrieved", "chance_accuracy"):
+    assert 0.0 <= results[key] <= 1.0, key
+  assert summary.step_traces == {"train": 1, "judge": 1, "evaluate": 0}
   config = tiny_config()
   report = rwom_method.report(config, {"seed0": results, "seed1": results})
   assert [row["split"] for row in report.rows] == list(config.eval.splits)

@@ -157,6 +157,12 @@ def _validate_learned(config) -> None:
     f"must divide width {m.width} into even head dims (RoPE)",
   )
   require_choice(config, "model.mlp", ("swiglu", "gelu"))
+  require(0.0 <= data.tied_fraction <= 1.0, "data.tied_fraction", "must be in [0, 1]")
+  require(
+    isinstance(data.curriculum_steps, int) and 0 <= data.curriculum_steps <= config.steps,
+    "data.curriculum_steps",
+    f"must be an int in [0, steps = {config.steps}], got {data.curriculum_steps!r}",
+  )
   require(0.0 <= m.correction_rate <= 1.0, "model.correction_rate", "must be in [0, 1]")
   require(m.correction_weight >= 0.0, "model.correction_weight", "must be >= 0")
   require(0.0 < m.t_min < 1.0, "model.t_min", f"must be in (0, 1), got {m.t_min}")

@@ -56,12 +56,40 @@ def optimizer(config) -> optax.GradientTransformation:
   return optim.clipped_adam(schedule, o.grad_clip, o.weight_decay)
 
 
+def tied_share(config, step: int) -> float:
+  """The share of step `step`'s codewords drawn with tied checks (`tied_codewords`): from
+  `data.tied_fraction` at step 0 down linearly to 0 at `data.curriculum_steps` (0: never)."""
+  d = config.data
+  if d.curriculum_steps <= 0:
+    return 0.0
+  return d.tied_fraction * max(0.0, 1.0 - step / d.curriculum_steps)
+
+
+def tied_codewords(code: parity.ParityCode, rng: np.random.Generator, num: int) -> np.ndarray:
+  """Codewords whose every check's first g - 1 members share one fair bit b (the last is their
+  parity, (g - 1) b mod 2): still codewords, but positions of one check are now pairwise
+  correlated, so a denoiser learns which positions form a check by copying before it has to learn
+  the (g - 1)-bit XOR that the uniform code asks for (whose lower-order correlations are all 0)."""
+  tied = rng.integers(0, 2, (num, code.num_groups, 1), dtype=np.int32)
+  free = np.repeat(tied, code.group_size - 1, axis=-1)
+  blocks = np.concatenate([free, free.sum(-1, keepdims=True) % 2], axis=-1)
+  out = np.empty((num, code.length), np.int32)
+  out[:, code.groups.reshape(-1)] = blocks.reshape(num, -1)
+  return out
+
+
 def train_data(config):
-  """`{"tokens": int32 [B, num_seeds, L]}`: independent codewords for every seed."""
+  """`{"tokens": int32 [B, num_seeds, L]}`: independent codewords for every seed, a share
+  `tied_share(step)` of them with tied checks (the curriculum)."""
   code, batch, seeds = load_code(config), config.batch_size, config.num_seeds
 
   def generate(step: int) -> dict[str, np.ndarray]:
-    tokens = code.sample(np.random.default_rng([config.seed, step]), batch * seeds)
+    rng = np.random.default_rng([config.seed, step])
+    tokens = code.sample(rng, batch * seeds)
+    share = tied_share(config, step)
+    if share > 0:
+      tie = rng.random(len(tokens)) < share
+      tokens[tie] = tied_codewords(code, rng, int(tie.sum()))
     return {"tokens": tokens.reshape(batch, seeds, -1)}
 
   return batching.GeneratedBatches(generate, batch)

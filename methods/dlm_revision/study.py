@@ -169,13 +169,28 @@ def space_table(arm: Mapping) -> str:
       else:
         row[f"n={n}"] = "-"
     rows.append(row)
+  for kind in ("monotone", "revision") if "space_chain_monotone_footprint" in arm else ():
+    row = {"tree": f"xor chain, {kind}"}
+    for i, n in enumerate(lengths):
+      row[f"n={n}"] = (
+        f"{arm[f'space_chain_{kind}_footprint'][i]:g} / {arm[f'space_chain_{kind}_rounds'][i]:g} / "
+        f"{arm[f'space_chain_{kind}_validity'][i]:.3f}"
+      )
+    rows.append(row)
   return markdown_table(rows)
 
 
 def _summary(config, results: Mapping[str, Mapping]) -> dict:
   summary: dict = {}
   programs = results.get("programs", {})
-  for key in ("sep_max_violation_exact", "sep_min_violation_naive", "space_footprint_gap_slope"):
+  for key in (
+    "sep_max_violation_exact",
+    "sep_min_violation_naive",
+    "space_footprint_gap_slope",
+    "space_chain_footprint_gap_slope",
+    "space_chain_max_footprint_revision",
+    "space_min_validity_chain",
+  ):
     if key in programs:
       summary[key] = programs[key]
   if len(programs.get("sep_lengths", [])) > 1:
@@ -278,11 +293,15 @@ def _plot_space(ax, arm: Mapping) -> None:
   if learned is not None:
     for kind in TREES:
       ax.plot(learned, arm[f"space_learned_{kind}_footprint"], "x", color="k", markersize=5)
+  if "space_chain_monotone_footprint" in arm:
+    for kind, style in (("monotone", "s-"), ("revision", "s--")):
+      values = arm[f"space_chain_{kind}_footprint"]
+      ax.plot(lengths, values, style, color="tab:purple", markersize=3, label=f"chain, {kind}")
   ax.plot(lengths, 2 * lengths - 1, ":", color="gray", lw=1, label="2n - 1 (size)")
   ax.plot(lengths, 1.5 * lengths, "--", color="gray", lw=1, label="1.5 n (width + inputs)")
-  ax.set_xlabel("n (tree inputs)")
+  ax.set_xlabel("n (tree inputs / chain coins)")
   ax.set_ylabel("peak footprint (non-mask tokens)")
-  ax.set_title("E2: XOR-tree CoT footprint (x: learned p)", fontsize=9)
+  ax.set_title("E2: CoT footprint, XOR tree and chain (x: learned p)", fontsize=9)
   ax.legend(fontsize=6)
 
 

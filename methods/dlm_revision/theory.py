@@ -3,7 +3,9 @@
 E1 (`separation_evaluate`): the exact samplers of D_n^xor (revision, Thm 4.1; remasking, Thm 4.2; the
 monotone chain) against naive monotone MDLM decoding with a window predictor and with the global
 exact conditional (Thm 4.5's obstruction). E2 (`space_*`): XOR-tree circuits as monotone CoT and in
-place with revision or remasking (Thm 3.2), and transition models learned from their traces.
+place with revision or remasking (Thm 3.2), and transition models learned from their traces; and the
+XOR chain, a deep narrow circuit (width 2, size 2n), as monotone CoT and in place with revision
+(`space_chain_*`: footprint size against width).
 """
 
 from __future__ import annotations
@@ -230,12 +232,26 @@ def _tree_metrics(program: programs.Program, key, num_samples: int) -> dict:
   }
 
 
-def _trees_metrics(trees: dict[str, programs.Program], rng, num_samples: int) -> dict:
-  """`{kind: metrics}` for several trees in one jitted call, plus their rounds and lengths."""
+def _chain_metrics(program: programs.Program, key, num_samples: int) -> dict:
+  """Validity of the XOR chain's output (a_{n-2}, c_{n-1}, a_{n-1}): all bits and the last the XOR
+  of the first two; the peak footprint."""
+  out = programs.run(program, key, num_samples)
+  prev, coin, acc = out.outputs[:, 0], out.outputs[:, 1], out.outputs[:, 2]
+  bits = jnp.all(out.outputs < 2, axis=-1)
+  return {
+    "validity": jnp.mean(bits & (acc == (prev + coin) % 2)),
+    "footprint": jnp.max(out.footprint).astype(jnp.float32),
+  }
+
+
+def _trees_metrics(
+  trees: dict[str, programs.Program], rng, num_samples: int, metric_fn=_tree_metrics
+) -> dict:
+  """`{kind: metrics}` for several circuits in one jitted call, plus their rounds and lengths."""
 
   def measure(key):
     return {
-      kind: _tree_metrics(program, jax.random.fold_in(key, j), num_samples)
+      kind: metric_fn(program, jax.random.fold_in(key, j), num_samples)
       for j, (kind, program) in enumerate(trees.items())
     }
 
@@ -268,6 +284,12 @@ def space_evaluate(config, state, rng) -> dict:
     for kind, metrics in _trees_metrics(trees, jax.random.fold_in(rng, i), s.num_samples).items():
       for metric, value in metrics.items():
         results.setdefault(f"space_{kind}_{metric}", []).append(value)
+  for i, n in enumerate(s.lengths):
+    chains = {kind: build(n) for kind, build in programs.XOR_CHAINS.items()}
+    key = jax.random.fold_in(rng, 500 + i)
+    for kind, metrics in _trees_metrics(chains, key, s.num_samples, _chain_metrics).items():
+      for metric, value in metrics.items():
+        results.setdefault(f"space_chain_{kind}_{metric}", []).append(value)
   learned = space_learned_keys(config)
   if learned:
     results["space_learn_lengths"] = np.asarray(s.learn_lengths, np.float64)
@@ -283,8 +305,16 @@ def space_evaluate(config, state, rng) -> dict:
   results = {k: np.asarray(v) if isinstance(v, list) else v for k, v in results.items()}
   lengths = np.asarray(s.lengths, np.float64)
   gap = results["space_monotone_footprint"] - results["space_remasking_footprint"]
+  chain_gap = results["space_chain_monotone_footprint"] - results["space_chain_revision_footprint"]
   if len(lengths) > 1:
     results["space_footprint_gap_slope"] = float(np.polyfit(lengths, gap, 1)[0])
+    results["space_chain_footprint_gap_slope"] = float(np.polyfit(lengths, chain_gap, 1)[0])
+  results["space_chain_max_footprint_revision"] = float(
+    results["space_chain_revision_footprint"].max()
+  )
+  results["space_min_validity_chain"] = float(
+    min(results[f"space_chain_{k}_validity"].min() for k in programs.XOR_CHAINS)
+  )
   results["space_min_validity_exact"] = float(
     min(results[f"space_{k}_validity"].min() for k in programs.XOR_TREES)
   )

@@ -8,12 +8,14 @@ updated environments better than the same model without retrieval, and its agent
 Map to the paper:
   `core/data/menuworld.py`      the environment (menu apps, version updates, tutorials, tasks with
                                 synonyms), pure jnp dynamics, milestones and the canonical expert.
-  `core/tutorial_retrieval.py`  BM25, query rewriting, reranking, Recall@k (Eq. 9, Fig. 3).
+  `core/tutorial_retrieval.py`  BM25 (bm25s), query rewriting, reranking, Recall@k (Eq. 9, Fig. 3).
   `core/rwom.py`                the world model's sequences and loss, one-call k-step rollouts with a KV
                                 cache (Eq. 10), the probes' likelihoods, listwise and absolute choice.
   `world.py`                    the world, index and tokenizer per config; tutorial headers.
   `phases.py`                   `train` and `evaluate` (probes, simulation by horizon, recall).
-  `agents.py`                   no world model, RAG, WoM, R-WoM (listwise / absolute), oracle.
+  `judge.py`                    the listwise reward of Eq. 11: a judge over all candidates' rollouts.
+  `agents.py`                   no world model, RAG, WoM, R-WoM (listwise judge / absolute / per-
+                                candidate value), the planner on true rollouts, oracle.
   `study.py`                    one arm per seed; table, summary, figure.
 """
 
@@ -45,6 +47,13 @@ POSITIVE_FIELDS = (
   "eval.candidates",
   "eval.imagine_steps",
   "eval.budget_factor",
+  "judge.width",
+  "judge.depth",
+  "judge.num_heads",
+  "judge.episodes",
+  "judge.states",
+  "judge.steps",
+  "judge.batch_size",
 )
 AGENTS = ("none", "rag", "true_wm", "oracle") + tuple(WORLD_MODEL_AGENTS)
 
@@ -97,6 +106,13 @@ def validate(config: ml_collections.ConfigDict) -> None:
     m.width % m.num_heads == 0, "model.num_heads", f"{m.num_heads} must divide width {m.width}"
   )
   require((m.width // m.num_heads) % 2 == 0, "model.num_heads", "head dim must be even (RoPE)")
+  j = config.judge
+  require(
+    j.width % j.num_heads == 0 and (j.width // j.num_heads) % 2 == 0,
+    "judge.num_heads",
+    f"{j.num_heads} must divide width {j.width} into even head dims (RoPE)",
+  )
+  require(j.learning_rate > 0, "judge.learning_rate", f"must be > 0, got {j.learning_rate}")
   for field, values, known in (
     ("eval.splits", e.splits, SPLITS),
     ("eval.agent_splits", e.agent_splits, SPLITS),
@@ -104,7 +120,12 @@ def validate(config: ml_collections.ConfigDict) -> None:
     ("eval.agents", e.agents, AGENTS),
   ):
     unknown = [v for v in values if v not in known]
-    require(not unknown and len(values) > 0, field, f"unknown {unknown}; known: {list(known)}")
+    empty_ok = field == "eval.agent_splits"  # () runs no agents (the simulation study)
+    require(
+      not unknown and (len(values) > 0 or empty_ok),
+      field,
+      f"unknown {unknown}; known: {list(known)}",
+    )
   require(set(e.agent_splits) <= set(e.splits), "eval.agent_splits", "must be among eval.splits")
   require({"none", "retrieved"} <= set(e.contexts), "eval.contexts", "needs 'none' and 'retrieved'")
   require({"none", "wm", "rwom"} <= set(e.agents), "eval.agents", "needs 'none', 'wm' and 'rwom'")

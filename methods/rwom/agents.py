@@ -6,16 +6,19 @@ stand-in for the paper's policy samples); then
   none           executes the first proposal (no world model: the "Vanilla" agent);
   rag            executes the clicks of the top-1 retrieved tutorial literally, from home ("RAG");
   wm             imagines `eval.imagine_steps` steps after each proposal with the world model and no
-                 tutorials, and picks by the listwise reward (the ungrounded world model);
+                 tutorials, and picks by the listwise judge over all rollouts (`judge.py`, Eq. 11;
+                 the ungrounded world model);
   rwom           the same with the retrieved tutorials (R-WoM);
-  rwom_absolute  R-WoM with absolute per-rollout scores instead of the listwise comparison;
+  rwom_absolute  R-WoM with absolute per-rollout scores in {0, .5, 1} from the milestone flags (the
+                 baseline of Eq. 11);
+  rwom_value     R-WoM with each rollout's milestone value alone, argmax (`core.rwom.value_choice`);
   true_wm        the planner of `rwom` with a perfect world model: each proposal's k-step rollout is
                  the true environment's (the expert continuing it) with its true milestone flags,
                  chosen by the same rule; the ceiling of the planner itself;
   oracle         picks the proposal that the true environment says brings the task closest.
 
-The world-model agents add `eval.no_op_value` to the value of a proposal whose imagined next state
-equals the current one (`core.rwom.rollout_value`).
+`rwom_absolute`, `rwom_value` and `true_wm` add `eval.no_op_value` to the value of a proposal whose
+imagined next state equals the current one (`core.rwom.rollout_value`).
 
 A task succeeds when all its settings are on within `eval.budget_factor` times the expert's steps.
 """
@@ -27,18 +30,15 @@ import numpy as np
 
 from core import rwom
 from core.data import menuworld as mw
-from methods.rwom.world import headers, pending_index, ranking
+from methods.rwom import judge
+from methods.rwom.world import headers, pending_index, propose, ranking
 
-WORLD_MODEL_AGENTS = {"wm": "none", "rwom": "retrieved", "rwom_absolute": "retrieved"}
-
-
-def propose(rng: np.random.Generator, valid: np.ndarray, count: int) -> np.ndarray:
-  """`[N, count]` distinct valid actions per row (Gumbel top-k of uniform scores); rows with fewer
-  valid actions repeat their first."""
-  scores = np.where(valid, rng.random(valid.shape), -1.0)
-  order = np.argsort(-scores, 1)[:, :count]
-  ok = np.take_along_axis(valid, order, 1)
-  return np.where(ok, order, order[:, :1]).astype(np.int32)
+WORLD_MODEL_AGENTS = {
+  "wm": "none",
+  "rwom": "retrieved",
+  "rwom_absolute": "retrieved",
+  "rwom_value": "retrieved",
+}
 
 
 class TutorialFollower:
@@ -115,8 +115,8 @@ def oracle_choice(ev, tasks, state, candidates) -> np.ndarray:
 
 
 def true_world_model_choice(ev, tasks, state, candidates) -> np.ndarray:
-  """The listwise rule on true rollouts: each candidate, then `imagine_steps - 1` expert steps, with
-  the environment's milestone flags."""
+  """The per-candidate value rule on true rollouts: each candidate, then `imagine_steps - 1` expert
+  steps, with the environment's milestone flags."""
   n, m = candidates.shape
   layout, goal = np.repeat(tasks.layout, m), np.repeat(tasks.goal, m, 0)
   current, action = np.repeat(state, m, 0), candidates.reshape(-1)
@@ -128,18 +128,27 @@ def true_world_model_choice(ev, tasks, state, candidates) -> np.ndarray:
       unchanged = np.all(nxt == current, -1).reshape(n, m)
     current, action = nxt, np.asarray(ev.env.expert(layout, nxt, goal))
   milestones = np.stack(flags, -1).reshape(n, m, -1).astype(np.float32)
-  choice, _ = rwom.listwise_choice(milestones, unchanged, ev.config.eval.no_op_value)
+  choice = rwom.value_choice(milestones, unchanged, ev.config.eval.no_op_value)
   return candidates[np.arange(n), np.asarray(choice)]
 
 
 def world_model_choice(ev, tasks, state, candidates, heads, name, rng, t) -> np.ndarray:
-  """Eq. 10 for every candidate (one batched call), then Eq. 11 (or absolute scores)."""
+  """Eq. 10 for every candidate (one batched call), then Eq. 11: the listwise judge over all
+  rollouts at once (`wm`, `rwom`), absolute per-rollout scores (`rwom_absolute`) or each rollout's
+  value alone (`rwom_value`)."""
   n, m = candidates.shape
   k = ev.config.eval.imagine_steps
-  tokens = np.repeat(np.asarray(ev.env.tokens(tasks.layout, state)), m, 0)
+  state_tokens = np.asarray(ev.env.tokens(tasks.layout, state))
+  tokens = np.repeat(state_tokens, m, 0)
   actions = np.full((n * m, k), -1, np.int32)
   actions[:, 0] = candidates.reshape(-1)
   imagined = ev.imagine(np.repeat(heads, m, 0), np.repeat(tasks.goal, m, 0), tokens, actions)
+  if name in judge.JUDGE_AGENTS:
+    imagined = rwom.Imagined(*(np.asarray(a) for a in imagined))
+    head = heads[np.arange(n), pending_index(state, tasks.goal)]
+    sequences = judge.judge_tokens(ev.world.ids, head, state_tokens, imagined, m)
+    choice = np.argmax(judge.judge_score(ev.config, ev.judge_params, sequences), -1)
+    return candidates[np.arange(n), choice]
   milestones = imagined.milestone.reshape(n, m, k)
   unchanged = np.all(np.asarray(imagined.states[:, 0]) == tokens, -1).reshape(n, m)
   no_op_value = ev.config.eval.no_op_value
@@ -147,7 +156,7 @@ def world_model_choice(ev, tasks, state, candidates, heads, name, rng, t) -> np.
     rng = jax.random.fold_in(rng, t)
     choice = rwom.absolute_choice(milestones, rng, unchanged, no_op_value)
   else:
-    choice, _ = rwom.listwise_choice(milestones, unchanged, no_op_value)
+    choice = rwom.value_choice(milestones, unchanged, no_op_value)
   return candidates[np.arange(n), np.asarray(choice)]
 
 

@@ -19,7 +19,7 @@ from core.data import menuworld as mw
 from core.nn import attention
 from core.nn.transformer import Transformer
 from methods.base import Phase, cached_per_config
-from methods.rwom import agents
+from methods.rwom import agents, judge
 from methods.rwom.world import (
   QUERIES,
   env_of,
@@ -217,10 +217,10 @@ def train_step(config, model, state, batch, rng):
 
 
 class Evaluator:
-  """The trained world model and what every evaluation needs."""
+  """The trained world model (and listwise judge) and what every evaluation needs."""
 
-  def __init__(self, config, params):
-    self.config, self.params = config, params
+  def __init__(self, config, params, judge_params=None):
+    self.config, self.params, self.judge_params = config, params, judge_params
     self.world, self.env, self.model = world_of(config), env_of(config), model_of(config)
     self.allowed = jnp.asarray(rwom.slot_vocabulary(self.world.ids, self.model.vocab_size))
 
@@ -386,8 +386,39 @@ def home_flag_diagnostics(ev: Evaluator, tasks, context_headers) -> dict:
   return results
 
 
+def judge_accuracy(ev: Evaluator, tasks, context_headers) -> dict:
+  """Eq. 11 measured on its own: from states of a noisy expert (epsilon `data.epsilon`) on `tasks`,
+  `eval.candidates` uniform proposals each imagined by the world model; the share of states where
+  the choice is one of the candidates whose first action brings the task closest, for the listwise
+  judge (`judge_accuracy_<ctx>`), for each rollout's value alone (`value_accuracy_<ctx>`) and for a
+  uniform pick (`chance_accuracy`), with no and with retrieved tutorials."""
+  d = ev.config.data
+  out = mw.rollouts(ev.world.layouts, tasks, ev.config.seed + 47, d.episode_steps, d.epsilon)
+  task, t = np.nonzero(out["live"])
+  pick = np.random.default_rng([ev.config.seed, 47]).permutation(len(task))[:JUDGE_EVAL_STATES]
+  rows = (task[pick], t[pick])
+  results = {}
+  for context in ("none", "retrieved"):
+    drop = np.full(len(pick), context == "none")
+    ex = judge.judge_examples(ev.config, ev.imagine, tasks, out, rows, context_headers, drop)
+    if ev.judge_params is not None:
+      scores = judge.judge_score(ev.config, ev.judge_params, ex["tokens"])
+      results[f"judge_accuracy_{context}"] = _hit(ex["best"], np.argmax(scores, -1))
+    results[f"value_accuracy_{context}"] = _hit(ex["best"], np.argmax(ex["value"], -1))
+    results["chance_accuracy"] = float(np.mean(ex["best"].mean(1)))
+  return results
+
+
+JUDGE_EVAL_STATES = 256  # states per split of `judge_accuracy`
+
+
+def _hit(best, choice) -> float:
+  return float(np.mean(best[np.arange(len(choice)), choice]))
+
+
 def retrieval_recall(config, tasks_list) -> dict:
-  """Recall@1 and @5 of the gold tutorial for every target, per query pipeline (paper Fig. 3)."""
+  """Recall@1 and @5 of the gold tutorial for every target, per query pipeline (paper Fig. 3), and
+  the share of targets whose world-model context the key-match reranker changes."""
   world = world_of(config)
   targets = [
     (int(lay), int(g), int(w))
@@ -397,21 +428,27 @@ def retrieval_recall(config, tasks_list) -> dict:
     if g >= 0
   ]
   gold = np.array([gold_document(lay, g) for lay, g, _ in targets])
-  results = {}
+  results, top = {}, {}
   for query in QUERIES:
     ranks = np.stack([ranking(world, lay, g, w, query, 5)[:5] for lay, g, w in targets])
     results[f"recall1_{query}"] = float(np.mean(ranks[:, 0] == gold))
     results[f"recall5_{query}"] = float(np.mean(np.any(ranks == gold[:, None], 1)))
+    top[query] = ranks[:, : config.retrieval.num_chunks]
+  # the reranker's ablation: the share of targets whose context (top num_chunks) it changes
+  results["rerank_changes_context"] = float(
+    np.mean(np.any(top["rewrite"] != top["rewrite_rerank"], 1))
+  )
   return results
 
 
-def evaluate(config, params, rng) -> dict:
+def evaluate(config, params, rng, judge_params=None) -> dict:
   e = config.eval
-  ev = Evaluator(config, params)
-  results, agent_tasks = {}, []
+  ev = Evaluator(config, params, judge_params)
+  results, agent_tasks, probe_tasks = {}, [], []
   np_rng = np.random.default_rng([config.seed, 5])
   for split in e.splits:
     tasks = split_tasks(config, split, e.num_tasks, e.sim_sizes, 101)
+    probe_tasks.append(tasks)
     context = {c: headers(config, tasks, c, config.seed + 3) for c in e.contexts}
     part = simulation(ev, tasks, context)
     part.update(next_state_identification(ev, tasks, context, np_rng))
@@ -422,35 +459,52 @@ def evaluate(config, params, rng) -> dict:
       for c, h in diagnostic.items()
     }
     part.update(home_flag_diagnostics(ev, tasks, diagnostic))
+    if split != "seen":
+      part.update(judge_accuracy(ev, tasks, context))
     if split in e.agent_splits:
       agent_set = split_tasks(config, split, e.num_agent_tasks, e.agent_sizes, 202)
       agent_tasks.append(agent_set)
       part.update(agents.run_all(ev, agent_set, jax.random.fold_in(rng, SPLITS.index(split))))
     logging.info("rwom %s: %s", split, {k: np.round(v, 3) for k, v in part.items()})
     results.update({f"{k}_{split}": v for k, v in part.items()})
-  results.update(retrieval_recall(config, agent_tasks))
+  results.update(retrieval_recall(config, agent_tasks or probe_tasks))
   return results | headline(config, results)
 
 
 def headline(config, results) -> dict:
-  """The issue's keys: agent success averaged over the agent splits, R-WoM's simulation gain at the
-  longest horizon (retrieved minus none, averaged over the novel and updated splits), and the
-  home-screen flag AUC and action accuracy per tutorial context (`home_flag_diagnostics`), averaged
+  """The summary keys: agent success averaged over the agent splits; R-WoM's simulation gain
+  (retrieved minus none exact-match accuracy, averaged over the novel and updated splits) averaged
+  over every horizon k = 1..`eval.horizon` (`long_horizon_accuracy_gain`), at the last horizon
+  alone (`accuracy_gain_at_last_horizon`) and for the full procedure (`full_procedure_gain`); the
+  home-screen flag AUC and action accuracy and the judge's accuracy per tutorial context, averaged
   over the same splits."""
   e = config.eval
   out = {}
   for agent in e.agents:
-    out[f"success_{agent}"] = float(
-      np.mean([results[f"success_{agent}_{s}"] for s in e.agent_splits])
-    )
+    values = [results[f"success_{agent}_{s}"] for s in e.agent_splits]
+    if values:
+      out[f"success_{agent}"] = float(np.mean(values))
   test = [s for s in e.splits if s != "seen"] or list(e.splits)
-  gains = [
-    results[f"sim_accuracy_retrieved_{s}"][-1] - results[f"sim_accuracy_none_{s}"][-1] for s in test
-  ]
+  gains = np.asarray(
+    [results[f"sim_accuracy_retrieved_{s}"] - results[f"sim_accuracy_none_{s}"] for s in test]
+  ).mean(0)
   out["long_horizon_accuracy_gain"] = float(np.mean(gains))
-  for key in ("flag_auc", "action_accuracy"):
-    for name in DIAGNOSTIC_CONTEXTS:
-      out[f"{key}_{name}"] = float(np.mean([results[f"{key}_{name}_{s}"] for s in test]))
+  out["accuracy_gain_at_last_horizon"] = float(gains[-1])
+  out["full_procedure_gain"] = float(
+    np.mean(
+      [results[f"full_procedure_retrieved_{s}"] - results[f"full_procedure_none_{s}"] for s in test]
+    )
+  )
+  keys = [
+    f"{key}_{name}" for key in ("flag_auc", "action_accuracy") for name in DIAGNOSTIC_CONTEXTS
+  ]
+  keys += [
+    f"{key}_{c}" for key in ("judge_accuracy", "value_accuracy") for c in ("none", "retrieved")
+  ]
+  for key in keys + ["chance_accuracy"]:
+    values = [results[f"{key}_{s}"] for s in test if f"{key}_{s}" in results]
+    if values:
+      out[key] = float(np.mean(values))
   return out
 
 
@@ -464,10 +518,24 @@ def phases(config: ml_collections.ConfigDict) -> list[Phase]:
     data=lambda inputs: train_data(config),
     outputs=lambda state, inputs: state["params"],
   )
+  out = [train]
+  if judge.uses_judge(config):
+    out.append(
+      Phase(
+        name="judge",
+        num_steps=config.judge.steps,
+        init=functools.partial(judge.judge_init, config),
+        step=functools.partial(judge.judge_step, config),
+        data=lambda inputs: judge.judge_data(config, Evaluator(config, inputs["train"]).imagine),
+        outputs=lambda state, inputs: state["params"],
+      )
+    )
   evaluation = Phase(
     name="evaluate",
     num_steps=0,
-    init=lambda rng, inputs: {"params": inputs["train"]},
-    evaluate=lambda state, rng, inputs: evaluate(config, state["params"], rng),
+    init=lambda rng, inputs: (
+      {"params": inputs["train"]} | ({"judge": inputs["judge"]} if "judge" in inputs else {})
+    ),
+    evaluate=lambda state, rng, inputs: evaluate(config, state["params"], rng, state.get("judge")),
   )
-  return [train, evaluation]
+  return out + [evaluation]

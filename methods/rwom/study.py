@@ -125,15 +125,20 @@ def _rows(config, results) -> list[dict]:
 def _summary(config, results) -> dict:
   e = config.eval
   summary = {}
-  keys = [f"success_{a}" for a in e.agents] + ["long_horizon_accuracy_gain"]
+  keys = [f"success_{a}" for a in e.agents]
+  keys += ["long_horizon_accuracy_gain", "accuracy_gain_at_last_horizon", "full_procedure_gain"]
+  keys += [f"{k}_{c}" for k in ("judge_accuracy", "value_accuracy") for c in ("none", "retrieved")]
+  keys += ["chance_accuracy"]
   keys += [f"{k}_{c}" for k, _ in DIAGNOSTICS for c in DIAGNOSTIC_CONTEXTS]
   keys += [f"{k}_{c}_{s}" for k, _ in DIAGNOSTICS for c in DIAGNOSTIC_CONTEXTS for s in e.splits]
   keys += [f"success_{a}_{s}" for a in e.agents for s in e.agent_splits]
   keys += [f"recall{k}_{q}" for k in (1, 5) for q in ("raw", "rewrite", "rewrite_rerank")]
+  keys += ["rerank_changes_context"]
   for key in keys:
     values = _values(results, key)
     if values:
       summary[key], summary[f"{key}_ci95"] = _interval(values)
+      summary[f"{key}_std"] = float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
   for split in e.splits:
     for context in e.contexts:
       curves = _values(results, f"sim_accuracy_{context}_{split}")
@@ -149,11 +154,14 @@ def _summary(config, results) -> dict:
 
 def _notes(config, summary) -> str:
   lines = [f"{len(config.study.seeds)} seed(s); table cells are mean ± std over seeds."]
-  keys = ("success_rwom", "success_wm", "success_none", "long_horizon_accuracy_gain")
+  keys = ("success_rwom", "success_rwom_absolute", "success_wm", "success_none")
+  keys += ("long_horizon_accuracy_gain", "accuracy_gain_at_last_horizon", "full_procedure_gain")
+  keys += ("judge_accuracy_retrieved", "value_accuracy_retrieved", "chance_accuracy")
   keys += tuple(f"flag_auc_{c}" for c in DIAGNOSTIC_CONTEXTS)
   for key in keys:
     if key in summary:
-      lines.append(f"{key}: {interval_cell(summary[key], summary[key + '_ci95'])} (95% interval)")
+      cell = interval_cell(summary[key], summary[key + "_ci95"])
+      lines.append(f"{key}: {cell} (95% interval; std over arms {summary[key + '_std']:.3f})")
   return "\n".join(lines)
 
 
@@ -184,23 +192,10 @@ def _figure(config, results, summary):
     ax.set_title(f"simulation, {split} apps")
     ax.legend(fontsize=8, title="tutorial context", title_fontsize=8)
   ax = axes[0, len(test_splits)]
-  width = 0.8 / len(e.agents)
-  for i, agent in enumerate(e.agents):
-    means, halves = zip(
-      *[_interval(_values(results, f"success_{agent}_{s}") or [np.nan]) for s in e.agent_splits],
-      strict=True,
-    )
-    ax.bar(
-      np.arange(len(e.agent_splits)) + i * width,
-      100 * np.asarray(means),
-      width,
-      yerr=100 * np.asarray(halves),
-      label=agent,
-    )
-  ax.set_xticks(np.arange(len(e.agent_splits)) + 0.4 - width / 2, e.agent_splits)
-  ax.set_ylabel("task success (%)")
-  ax.set_title("agents (95% interval over seeds)")
-  ax.legend(fontsize=7, ncol=2)
+  if e.agent_splits:
+    _agent_bars(ax, config, results)
+  else:
+    _gain_by_horizon(ax, config, results, test_splits)
   ax = axes[0, len(test_splits) + 1]
   labels = [label for _, label in PROBES]
   for j, context in enumerate(("none", "retrieved")):
@@ -220,6 +215,52 @@ def _figure(config, results, summary):
   ax.legend(fontsize=8)
   fig.tight_layout()
   return fig
+
+
+def _agent_bars(ax, config, results) -> None:
+  e = config.eval
+  width = 0.8 / len(e.agents)
+  for i, agent in enumerate(e.agents):
+    means, halves = zip(
+      *[_interval(_values(results, f"success_{agent}_{s}") or [np.nan]) for s in e.agent_splits],
+      strict=True,
+    )
+    ax.bar(
+      np.arange(len(e.agent_splits)) + i * width,
+      100 * np.asarray(means),
+      width,
+      yerr=100 * np.asarray(halves),
+      label=agent,
+    )
+  ax.set_xticks(np.arange(len(e.agent_splits)) + 0.4 - width / 2, e.agent_splits)
+  ax.set_ylabel("task success (%)")
+  ax.set_title("agents (95% interval over seeds)")
+  ax.legend(fontsize=7, ncol=2)
+
+
+def _gain_by_horizon(ax, config, results, splits) -> None:
+  """Retrieved minus none exact-match accuracy by horizon, mean of `splits`, with its 95% interval
+  over the arms."""
+  horizons = np.arange(1, config.eval.horizon + 1)
+  gains = np.asarray(
+    [
+      np.mean(
+        [
+          np.subtract(arm[f"sim_accuracy_retrieved_{s}"], arm[f"sim_accuracy_none_{s}"])
+          for s in splits
+        ],
+        0,
+      )
+      for arm in results.values()
+    ]
+  )
+  cells = [_interval(gains[:, k]) for k in range(len(horizons))]
+  mean, half = (100 * np.asarray(v) for v in zip(*cells, strict=True))
+  ax.errorbar(horizons, mean, yerr=half, marker="o", capsize=3)
+  ax.axhline(0, color="k", lw=0.5)
+  ax.set_xlabel("simulated step k (open loop)")
+  ax.set_ylabel("retrieved - none accuracy (points)")
+  ax.set_title(f"gain by horizon, {len(gains)} arms (95% interval)")
 
 
 def _weighted_report(config, results) -> Report:

@@ -25,7 +25,7 @@ class World(NamedTuple):
   moved: np.ndarray  # [apps, 8]
   documents: list[str]
   doc_keys: np.ndarray  # [D, 2] (layout, setting)
-  index: retrieval.Bm25
+  index: retrieval.LexicalIndex
   tokenizer: tokenizers.WordTokenizer
   ids: mw.TokenIds
   layout: rwom.Layout
@@ -46,7 +46,7 @@ def world_of(config: ml_collections.ConfigDict) -> World:
     moved,
     documents,
     keys,
-    retrieval.Bm25(documents, config.retrieval.k1, config.retrieval.b),
+    retrieval.LexicalIndex(documents, config.retrieval.k1, config.retrieval.b),
     tokenizer,
     mw.TokenIds(),
     rwom.Layout(config.retrieval.tutorial_len),
@@ -78,6 +78,15 @@ def ranking(
   words = text.split()
   keys = [*mw.app_name(app).split(), f"v{version + 1}"] + [w for w in words if w in mw.SETTINGS]
   return retrieval.rerank(first, scores, world.documents, keys)
+
+
+def propose(rng: np.random.Generator, valid: np.ndarray, count: int) -> np.ndarray:
+  """`[N, count]` distinct valid actions per row (Gumbel top-k of uniform scores); rows with fewer
+  valid actions repeat their first."""
+  scores = np.where(valid, rng.random(valid.shape), -1.0)
+  order = np.argsort(-scores, 1)[:, :count]
+  ok = np.take_along_axis(valid, order, 1)
+  return np.where(ok, order, order[:, :1]).astype(np.int32)
 
 
 def gold_document(layout: int, setting: int) -> int:
