@@ -230,3 +230,44 @@ def test_memory_need_counts_donated_arguments_once():
   assert need.arguments == need.outputs == 4000
   assert need.total == need.arguments + need.outputs + need.temporaries - need.aliased
   assert loop.memory_need(compiled).total < 3 * 4000
+
+
+# ---------------------------------------------------------------------------------------------------
+# The methods' chunked evaluations
+# ---------------------------------------------------------------------------------------------------
+
+
+def _as_saved(values):
+  return json.loads(json.dumps({k: loop._result_value(v) for k, v in values.items()}))
+
+
+@pytest.mark.slow  # compiles every arm twice: minutes on a shared 2-core machine
+def test_lightctrl_arms_one_per_process_equal_all_arms_at_once():
+  """Each arm run by a fresh runner (as after a resume) gives the metrics of `run_arms`."""
+  from test_lightctrl import _random_state, tiny_config
+
+  from methods.lightctrl import pipeline
+
+  config = tiny_config()
+  state, rng = _random_state(config), jax.random.key(3)
+  whole = _as_saved(pipeline.arm_metrics(config, *pipeline.run_arms(config, state, rng)))
+  names = pipeline.arm_chunks(config, state, rng, {}).names
+  done = {name: _as_saved(pipeline.arm_chunks(config, state, rng, {}).run(name)) for name in names}
+  evaluation = {}
+  combined = _as_saved(pipeline.arm_chunks(config, state, rng, evaluation).combine(done))
+  chex.assert_trees_all_close(combined, whole, rtol=1e-6)
+  assert "videos" not in evaluation  # the artifacts rerun the arms rather than show a partial set
+
+
+def test_dlm_separation_stopped_after_one_length_resumes_to_the_same_results(tmp_path):
+  from test_dlm_revision import tiny_config
+
+  config = tiny_config(experiments=("separation",))
+  config.separation.lengths = (4, 6)
+  whole = loop.run(config, str(tmp_path / "whole")).results
+  folder = tmp_path / "cut" / "phases" / "separation"
+  with pytest.raises(loop.Interrupted, match="after evaluation chunk 'n4'"):
+    loop.run(config, str(tmp_path / "cut"), should_stop=lambda p, s: folder.exists())
+  assert sorted(p.name for p in folder.iterdir()) == ["n4.json"]
+  assert loop.run(config, str(tmp_path / "cut")).results == whole
+  assert whole["sep_lengths"] == [4.0, 6.0] and whole["sep_max_violation_exact"] == 0.0
