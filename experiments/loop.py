@@ -3,10 +3,16 @@
 Per phase: restore-or-init -> jitted, sharded `step` x N (checkpoint every k steps, metrics and a
 progress line every `log_every`, non-finite losses stop the run) -> `evaluate` -> artifacts.
 A workdir holds `config.json`, `metrics.jsonl`, `tensorboard/`, `checkpoints/<phase>/`,
-`phases/<phase>.json` (a finished phase's evaluation) and, at the end, `results.json`.
+`phases/<phase>.json` (a finished phase's evaluation), `phases/<phase>/<chunk>.json` (the finished
+chunks of an evaluation in chunks) and, at the end, `results.json`.
 
 Resuming is running the same command again: the batch of step s and the rng of step s are pure
 functions of (config.seed, phase, s), so a restored run continues exactly where it stopped.
+
+Before a phase's `init` and `step` first run, their compiled programs' memory (XLA's
+`memory_analysis()`: arguments, outputs, temporaries) is compared with the device's; a program that
+cannot fit stops the run with one line naming the phase, the bytes and the config fields that size
+it (`Phase.sized_by`), instead of an out-of-memory error from inside XLA.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -29,7 +36,14 @@ from experiments import checkpoints as checkpoints_lib
 from experiments import metrics as metrics_lib
 from experiments import reports
 from experiments import sharding as sharding_lib
-from methods.base import ConfigError, Phase, lookup, require, require_positive_int
+from methods.base import (
+  ConfigError,
+  EvaluationChunks,
+  Phase,
+  lookup,
+  require,
+  require_positive_int,
+)
 
 StopRequest = Callable[[str, int], bool]
 
@@ -39,13 +53,33 @@ class NonFiniteLossError(FloatingPointError):
 
 
 class Interrupted(Exception):
-  """The run stopped on request (preemption) after saving a checkpoint at `step`."""
+  """The run stopped on request (preemption) after saving: a checkpoint at `step`, or the chunks of
+  the phase's evaluation finished so far (`chunk` names the last)."""
 
-  def __init__(self, phase: str, step: int):
+  def __init__(self, phase: str, step: int, chunk: str | None = None, saved_in: str = ""):
+    where = f"at step {step}" if chunk is None else f"after evaluation chunk {chunk!r}"
+    saved = f" (saved in {saved_in})" if saved_in else ""
     super().__init__(
-      f"stopped in phase {phase!r} at step {step}; run the same command again to resume"
+      f"stopped in phase {phase!r} {where}{saved}; run the same command again to resume"
     )
-    self.phase, self.step = phase, step
+    self.phase, self.step, self.chunk = phase, step, chunk
+
+
+class _LastSaved:
+  """What the loop saved last, in words, for a launcher that must exit without waiting for the loop
+  (`experiments/stopping.py`)."""
+
+  def __init__(self):
+    self.text = "nothing yet"
+
+  def note(self, text: str) -> None:
+    self.text = text
+
+  def __call__(self) -> str:
+    return self.text
+
+
+LAST_SAVED = _LastSaved()
 
 
 class BadBatchError(ValueError):
@@ -120,9 +154,11 @@ def run(
 ) -> RunSummary:
   """Runs (or resumes) every phase of `config.method` in `workdir`; returns the evaluation results.
 
-  `devices` (default: all) carry the mesh of `config.mesh`. `should_stop(phase, step)` is asked after
-  every step (with several processes: every `log_every` steps, agreed by all); when it answers yes the
-  loop saves a checkpoint, waits for it and raises `Interrupted`.
+  `devices` (default: all) carry the mesh of `config.mesh`. `should_stop(phase, step)` is asked
+  before each phase (step 0), after every step (with several processes: every `log_every` steps,
+  agreed by all) and after each chunk of an `EvaluationChunks` evaluation (step = the phase's
+  `num_steps`); when it answers yes the loop saves what it has (a checkpoint, waited for, or the
+  finished chunks) and raises `Interrupted`.
   """
   try:
     mesh = sharding_lib.make_mesh(config.get("mesh", sharding_lib.DEFAULT_MESH), devices)
@@ -140,6 +176,8 @@ def run(
   _check_phase_names(phases)
   try:
     for index, phase in enumerate(phases):
+      if _agreed_stop(should_stop, phase.name, 0, True):
+        raise Interrupted(phase.name, 0)
       runner = _PhaseRunner(phase, config, workdir, mesh, writer, [p.name for p in phases[:index]])
       state, phase_results, traces[phase.name] = runner.run(
         jax.random.fold_in(jax.random.key(config.seed), index), inputs, should_stop
@@ -181,7 +219,7 @@ class _PhaseRunner:
         traces = 0
         if start < self.phase.num_steps:
           state, traces = self._train(state, start, step_rng, inputs, should_stop)
-      results = self._evaluate(state, eval_rng, inputs)
+      results = self._evaluate(state, eval_rng, inputs, should_stop)
     finally:
       self.checkpoints.wait()
       self.checkpoints.close()
@@ -199,7 +237,9 @@ class _PhaseRunner:
     latest = self.checkpoints.latest_step()
     if latest is None:
       # `inputs` are arguments, not closed-over constants XLA would try to fold at compile time.
-      state = jax.jit(self.phase.init, out_shardings=shardings)(rng, inputs)
+      init_fn = jax.jit(self.phase.init, out_shardings=shardings)
+      self._check_memory("init", init_fn, rng, inputs)
+      state = init_fn(rng, inputs)
       self._save(0, state)
       return state, 0
     target = jax.tree.map(
@@ -216,6 +256,7 @@ class _PhaseRunner:
     self.checkpoints.save(
       step, state, {"phase": self.phase.name, "step": step, "data_position": step}
     )
+    LAST_SAVED.note(f"phase {self.phase.name!r} step {step} ({self.checkpoints.directory})")
 
   def _train(self, state, start: int, rng, inputs, should_stop: StopRequest):
     phase, loop_config = self.phase, self.config.loop
@@ -238,14 +279,23 @@ class _PhaseRunner:
       donate_argnums=0,
     )
     checker = _BatchChecker(phase.name)
+
+    def batch_at(step):
+      if source is None:
+        return None
+      local = source.batch(step, jax.process_index(), jax.process_count())
+      checker.check(local, step)
+      return sharding_lib.global_batch(local, self.mesh)
+
+    batch = batch_at(start)
+    # compiled here once (the calls below reuse it), so a program too big for the device stops the
+    # run with one line before anything is allocated
+    self._check_memory("step", step_fn, state, batch, jax.random.fold_in(rng, start))
     progress = _Progress(phase.name, start, phase.num_steps)
     pending: list[tuple[int, Mapping[str, jax.Array]]] = []
     for step in range(start, phase.num_steps):
-      batch = None
-      if source is not None:
-        local = source.batch(step, jax.process_index(), jax.process_count())
-        checker.check(local, step)
-        batch = sharding_lib.global_batch(local, self.mesh)
+      if step > start:
+        batch = batch_at(step)
       state, step_metrics = step_fn(state, batch, jax.random.fold_in(rng, step))
       pending.append((step + 1, step_metrics))
       done = step + 1
@@ -256,9 +306,9 @@ class _PhaseRunner:
         pending = []
       if checkpoint_due or stop:
         self._save(done, state)
-      if stop and done < phase.num_steps:
+      if stop:
         self.checkpoints.wait()
-        raise Interrupted(phase.name, done)
+        raise Interrupted(phase.name, done, saved_in=self.checkpoints.directory)
     return state, traces[0]
 
   def _flush(self, pending, progress: _Progress) -> None:
@@ -279,16 +329,28 @@ class _PhaseRunner:
     last_step, last_values = fetched[-1]
     progress.report(last_step, float(np.mean(last_values["loss"])))
 
-  def _evaluate(self, state, rng, inputs) -> dict[str, float]:
+  def _check_memory(self, program: str, jitted, *args) -> None:
+    """Compiles `jitted` for `args` and raises `ConfigError` if it cannot fit the device."""
+    compiled = jitted.lower(*args).compile()
+    problem = memory_problem(
+      compiled,
+      self.mesh,
+      f"phase {self.phase.name!r} {program}",
+      sizing_fields(self.phase, self.config),
+    )
+    if problem:
+      raise ConfigError(problem)
+
+  def _evaluate(self, state, rng, inputs, should_stop: StopRequest) -> dict[str, float]:
     if os.path.exists(self.evaluation_path):
       with open(self.evaluation_path) as f:
         return json.load(f)
     results = {}
     if self.phase.evaluate is not None:
-      results = {
-        name: _result_value(value)
-        for name, value in self.phase.evaluate(state, rng, inputs).items()
-      }
+      evaluation = self.phase.evaluate(state, rng, inputs)
+      if isinstance(evaluation, EvaluationChunks):
+        evaluation = self._evaluate_in_chunks(evaluation, should_stop)
+      results = {name: _result_value(value) for name, value in evaluation.items()}
       logging.info("[%s] evaluation: %s", self.phase.name, _format(results))
     if self.phase.artifacts is not None and self.is_writer:
       for stem, artifact in self.phase.artifacts(state, jax.random.fold_in(rng, 1), inputs).items():
@@ -297,7 +359,41 @@ class _PhaseRunner:
       scalars = {f"eval/{k}": v for k, v in results.items() if isinstance(v, float)}
       self.writer.write(self.phase.name, self.phase.num_steps, scalars)
       _write_json(self.evaluation_path, results)
+    LAST_SAVED.note(f"phase {self.phase.name!r} evaluation ({self.evaluation_path})")
     return results
+
+  def _evaluate_in_chunks(self, chunks: EvaluationChunks, should_stop: StopRequest) -> Mapping:
+    """Runs the chunks not saved yet, saving each; stops between chunks when asked."""
+    names = list(chunks.names)
+    _check_chunk_names(self.phase.name, names)
+    folder = os.path.join(self.workdir, "phases", self.phase.name)
+    done: dict[str, dict] = {}
+    for position, name in enumerate(names):
+      path = os.path.join(folder, f"{name}.json")
+      if os.path.exists(path):
+        with open(path) as f:
+          done[name] = json.load(f)
+        continue
+      values = {key: _result_value(value) for key, value in chunks.run(name).items()}
+      # as read back from disk, so an uninterrupted run combines what a resumed one does
+      done[name] = json.loads(json.dumps(values, default=metrics_lib.to_json_number))
+      if self.is_writer:
+        _write_json(path, values)
+      LAST_SAVED.note(
+        f"phase {self.phase.name!r} evaluation chunk {name!r} ({position + 1}/{len(names)}, {path})"
+      )
+      logging.info(
+        "[%s] evaluation chunk %d/%d: %s", self.phase.name, position + 1, len(names), name
+      )
+      last = position + 1 == len(names)
+      if not last and _agreed_stop(should_stop, self.phase.name, self.phase.num_steps, True):
+        raise Interrupted(self.phase.name, self.phase.num_steps, chunk=name, saved_in=folder)
+    if chunks.combine is not None:
+      return chunks.combine(done)
+    merged: dict[str, Any] = {}
+    for name in names:
+      _merge_results(merged, done[name], f"{self.phase.name} chunk {name}")
+    return merged
 
 
 def _agreed_stop(should_stop: StopRequest, phase: str, step: int, at_log_step: bool) -> bool:
@@ -364,6 +460,121 @@ def _clock(seconds: float) -> str:
     return "?"
   minutes, seconds = divmod(int(seconds), 60)
   return f"{minutes // 60}:{minutes % 60:02d}:{seconds:02d}"
+
+
+_CHUNK_NAME = re.compile(r"[A-Za-z0-9._-]+")
+
+
+def _check_chunk_names(phase: str, names: Sequence[str]) -> None:
+  bad = [n for n in names if not isinstance(n, str) or not _CHUNK_NAME.fullmatch(n)]
+  if bad or len(set(names)) != len(names):
+    raise ValueError(
+      f"phase {phase}: evaluation chunk names must be unique and made of letters, digits and "
+      f"'._-' (they name files), got {list(names)}"
+    )
+
+
+# ---------------------------------------------------------------------------------------------------
+# Memory
+# ---------------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryNeed:
+  """Per device, from XLA's `memory_analysis()` of a compiled program (donated arguments counted once)."""
+
+  arguments: int
+  outputs: int
+  temporaries: int
+  aliased: int
+
+  @property
+  def total(self) -> int:
+    return self.arguments + self.outputs + self.temporaries - self.aliased
+
+  def describe(self) -> str:
+    return (
+      f"{format_bytes(self.total)} per device (arguments {format_bytes(self.arguments)}, outputs "
+      f"{format_bytes(self.outputs)}, temporaries {format_bytes(self.temporaries)}, donated "
+      f"{format_bytes(self.aliased)})"
+    )
+
+
+def memory_need(compiled) -> MemoryNeed | None:
+  """The compiled program's per-device memory, or None where the backend does not say."""
+  try:
+    stats = compiled.memory_analysis()
+  except Exception:  # some backends do not implement it
+    return None
+  if stats is None:
+    return None
+  return MemoryNeed(
+    int(stats.argument_size_in_bytes),
+    int(stats.output_size_in_bytes),
+    int(stats.temp_size_in_bytes),
+    int(stats.alias_size_in_bytes),
+  )
+
+
+def device_memory(mesh) -> tuple[int, str] | None:
+  """Bytes one device of `mesh` may use, and where that number comes from. Accelerators report
+  `bytes_limit`; CPU devices share the host's available memory (/proc/meminfo, else sysconf)."""
+  device = mesh.devices.flat[0]
+  stats = device.memory_stats() if hasattr(device, "memory_stats") else None
+  if stats and stats.get("bytes_limit"):
+    return int(stats["bytes_limit"]), f"{device.platform} device memory"
+  available = host_available_memory()
+  if available is None:
+    return None
+  local = sum(d.process_index == jax.process_index() for d in mesh.devices.flat)
+  return available // max(local, 1), f"available host memory / {local} local devices"
+
+
+def host_available_memory() -> int | None:
+  try:
+    with open("/proc/meminfo") as f:
+      for line in f:
+        if line.startswith("MemAvailable:"):
+          return int(line.split()[1]) * 1024
+  except OSError:
+    pass
+  try:
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+  except (ValueError, OSError):
+    return None
+
+
+def sizing_fields(phase: Phase, config) -> str:
+  """`config.a=1, config.b=2`: the fields that size the phase's programs (`Phase.sized_by`)."""
+  fields = list(phase.sized_by) or [f for f in ("batch_size",) if f in config]
+  shown = []
+  for field in fields:
+    try:
+      shown.append(f"config.{field}={lookup(config, field)!r}")
+    except ConfigError:
+      shown.append(f"config.{field}")
+  shown.append(f"config.mesh={config.get('mesh', sharding_lib.DEFAULT_MESH)!r}")
+  return ", ".join(shown)
+
+
+def memory_problem(compiled, mesh, what: str, sized_by: str) -> str | None:
+  """One line if `compiled` needs more memory than a device of `mesh` has, else None."""
+  need, have = memory_need(compiled), device_memory(mesh)
+  if need is None or have is None or need.total <= have[0]:
+    return None
+  state_bound = need.arguments + need.outputs > need.temporaries
+  hint = " (or spread the state over devices: config.sharding='fsdp')" if state_bound else ""
+  return (
+    f"{what} needs {need.describe()} but {format_bytes(have[0])} are available ({have[1]}); reduce "
+    f"{sized_by}{hint}"
+  )
+
+
+def format_bytes(count: int) -> str:
+  for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+    if abs(count) >= size:
+      return f"{count / size:.1f} {unit}"
+  return f"{count} B"
 
 
 def _check_phase_names(phases: Sequence[Phase]) -> None:

@@ -16,13 +16,20 @@ state, batch split over "data") and lowered for each platform, one line each. Ke
 platform lowered for (`lax.platform_dependent`), so a TPU lowering holds the Mosaic kernels (the
 line counts them).
 
-Host code that needs values, not shapes (a data source built from an earlier phase's pseudolabels,
-an `outputs` that calls NumPy), gets the earlier phases' outputs filled with zeros: one CPU pass of
-that host code, the only computation besides reading a batch.
+Host code that needs values, not shapes (a data source built from an earlier phase's pseudolabels
+or mixture weights, an `outputs` that calls NumPy), gets the earlier phases' outputs filled with
+zeros, and where zeros are not a valid value (mixture weights that must sum to one) with ones: one
+CPU pass of that host code, the only computation besides reading a batch. A data source that accepts
+neither is skipped with a note (`skip` line, not a failure), and so is its phase's step.
+
+Each lowered program's line gives its memory per device known before compiling: the bytes of its
+arguments and outputs under their shardings. Temporaries are only known after compiling for the
+device; the loop compares the compiled total with the device's memory before a phase's first step
+(`loop.memory_problem`).
 
 Not lowered: `evaluate` and `artifacts` (host code around their own jitted functions). Not checked:
-compilation (XLA's and Mosaic's passes, whether the program fits the device's memory), which needs
-the device; `kernels/lowering.py` says what lowering a Pallas kernel does check.
+compilation (XLA's and Mosaic's passes), which needs the device; `kernels/lowering.py` says what
+lowering a Pallas kernel does check.
 """
 
 from __future__ import annotations
@@ -52,6 +59,9 @@ class Check:
   platform: str = ""
   error: str | None = None
   kernels: int = 0  # Pallas kernels in the lowered program
+  argument_bytes: int | None = None  # per device, under the arguments' shardings
+  output_bytes: int | None = None  # per device, under the output shardings
+  skipped: str = ""  # why this program was not lowered (not a failure)
 
   @property
   def ok(self) -> bool:
@@ -61,7 +71,15 @@ class Check:
     where = f"{self.what} [{self.platform}]" if self.platform else self.what
     if not self.ok:
       return f"FAILED  {where}: {self.error}"
-    return f"ok      {where}" + (f" ({self.kernels} Pallas kernels)" if self.kernels else "")
+    if self.skipped:
+      return f"skip    {where}: {self.skipped}"
+    notes = [f"{self.kernels} Pallas kernels"] * bool(self.kernels)
+    if self.argument_bytes is not None:
+      notes.append(
+        f"arguments {loop.format_bytes(self.argument_bytes)}, outputs "
+        f"{loop.format_bytes(self.output_bytes)} per device; temporaries after compiling"
+      )
+    return f"ok      {where}" + (f" ({'; '.join(notes)})" if notes else "")
 
 
 # As loop.py traces init and step: under the context mesh, so a Pallas kernel splits itself over the
@@ -88,6 +106,26 @@ def _zeros(tree):
   return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), tree)
 
 
+def _ones(tree):
+  return jax.tree.map(lambda s: jnp.ones(s.shape, s.dtype), tree)
+
+
+def _per_device_bytes(tree) -> int:
+  """Bytes of one device's shards of a pytree of placed ShapeDtypeStructs."""
+  total = 0
+  for leaf in jax.tree.leaves(tree):
+    shape = leaf.shape
+    sharding = getattr(leaf, "sharding", None)
+    if sharding is not None:
+      try:
+        shape = sharding.shard_shape(shape)
+      except Exception:  # an abstract sharding that cannot say: count the whole array
+        pass
+    itemsize = 0 if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key) else leaf.dtype.itemsize
+    total += int(np.prod(shape, dtype=np.int64)) * itemsize
+  return total
+
+
 def _placed(tree, sharding_of: Callable):
   return jax.tree.map(
     lambda s, sharding: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding),
@@ -102,20 +140,29 @@ class _Earlier:
   def __init__(self):
     self.abstract: dict[str, Any] = {}
     self.is_state: dict[str, bool] = {}  # outputs are the state itself (the loop's default)
-    self._zeros: dict[str, Any] = {}
+    self._filled: dict[tuple[str, str], Any] = {}
 
-  def zeros(self) -> dict[str, Any]:
+  def filled(self, fill: Callable) -> dict[str, Any]:
     for name, value in self.abstract.items():
-      if name not in self._zeros:
-        self._zeros[name] = _zeros(value)
-    return dict(self._zeros)
+      if (fill.__name__, name) not in self._filled:
+        self._filled[fill.__name__, name] = fill(value)
+    return {name: self._filled[fill.__name__, name] for name in self.abstract}
 
   def call(self, fn: Callable, *args):
-    """`fn(*args, inputs)`, on abstract inputs if it traces, else on zeros."""
+    """`fn(*args, inputs)`, on abstract inputs if it traces, else on zeros, else on ones (host code
+    that rejects zeros, e.g. mixture weights); raises what the zeros raised if nothing works."""
     try:
       return fn(*args, dict(self.abstract))
     except Exception:
-      return fn(*(_zeros(a) for a in args), self.zeros())
+      pass
+    try:
+      return fn(*(_zeros(a) for a in args), self.filled(_zeros))
+    except Exception as error:
+      first = error
+    try:
+      return fn(*(_ones(a) for a in args), self.filled(_ones))
+    except Exception:
+      raise first from None
 
   def add(self, phase: Phase, state) -> None:
     if phase.outputs is None:
@@ -155,7 +202,13 @@ class _Lowerer:
     try:
       size, batch = earlier.call(functools.partial(_read_batch, phase.data))
     except Exception as error:
-      return None, Check(what, error=_reason(error))
+      if not earlier.abstract:
+        return None, Check(what, error=_reason(error))
+      note = (
+        f"not built: it reads earlier phases' values ({', '.join(earlier.abstract)}) and fails on "
+        f"stand-ins ({_reason(error)}); its step is not lowered"
+      )
+      return None, Check(what, skipped=note)
     if size % self.data_devices:
       message = (
         f"batch size {size} is not divisible by the {self.data_devices} devices of the mesh's "
@@ -215,7 +268,13 @@ def _lower(what, platform, mesh, fn, args, **jit_kwargs) -> Check:
     )
   except Exception as error:
     return Check(what, platform, _reason(error))
-  return Check(what, platform, kernels=kernel_lowering.kernel_calls(lowered, platform))
+  try:
+    memory = dict(
+      argument_bytes=_per_device_bytes(args), output_bytes=_per_device_bytes(lowered.out_info)
+    )
+  except Exception:  # the estimate is a note; never let it fail a lowering
+    memory = {}
+  return Check(what, platform, kernels=kernel_lowering.kernel_calls(lowered, platform), **memory)
 
 
 def lower_config(
@@ -258,8 +317,10 @@ def main(config: ml_collections.ConfigDict, platforms: Sequence[str], num_device
   for check in checks:
     print(check.line())
   failed = sum(not c.ok for c in checks)
+  skipped = sum(bool(c.skipped) for c in checks)
   print(
     f"{config.method}:{config.get('variant', 'default')} lowered for {','.join(platforms)} at "
-    f"{num_devices or jax.device_count()} devices: {len(checks) - failed} ok, {failed} failed"
+    f"{num_devices or jax.device_count()} devices: {len(checks) - failed - skipped} ok, "
+    f"{failed} failed" + (f", {skipped} skipped" if skipped else "")
   )
   return 1 if failed else 0

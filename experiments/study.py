@@ -20,15 +20,14 @@ the arms whose index is I modulo N, and `--report_only` assembles the report fro
   python experiments/study.py --config=... --workdir=W --report_only
 
 An arm whose folder holds `results.json` for the same config is finished and is not run again. SIGTERM
-(preemption) saves the running arm at its current step and exits 0; the same command resumes it.
+(preemption) and SIGINT save the running arm where it is and exit 0 or 130 (`experiments/train.py`,
+`experiments/stopping.py`); the same command resumes it.
 """
 
 from __future__ import annotations
 
 import os
-import signal
 import sys
-import threading
 
 from absl import app, flags, logging
 from ml_collections import config_flags
@@ -45,12 +44,16 @@ _REPORT_ONLY = flags.DEFINE_bool(
 )
 flags.mark_flags_as_required(["config"])
 
-_PREEMPTED = threading.Event()
+_STOP_GRACE = flags.DEFINE_float(
+  "stop_grace_s",
+  20.0,
+  "After SIGTERM/SIGINT, seconds to wait for the loop to save and stop before exiting anyway.",
+)
 
 
 def main(argv):
   del argv
-  from experiments import loop, runtime
+  from experiments import loop, runtime, stopping
   from experiments.studies import StudyIncomplete, parse_shard, run_study
 
   runtime.setup()
@@ -60,18 +63,18 @@ def main(argv):
     shard = parse_shard(_SHARD.value)
   except ValueError as error:
     sys.exit(f"error: {error}")
-  signal.signal(signal.SIGTERM, lambda *_: _PREEMPTED.set())
+  stop = stopping.StopSignals(_STOP_GRACE.value, loop.LAST_SAVED)
   try:
     payload = run_study(
       config,
       workdir,
       shard=shard,
       report_only=_REPORT_ONLY.value,
-      should_stop=lambda phase, step: _PREEMPTED.is_set(),
+      should_stop=stop.should_stop,
     )
-  except loop.Interrupted as stop:
-    logging.info("%s", stop)
-    return 0
+  except loop.Interrupted as interrupted:
+    logging.info("%s", interrupted)
+    return stop.exit_code()
   except (*loop.RUN_ERRORS, StudyIncomplete) as error:
     sys.exit(f"error: {error}")
   if payload is not None:

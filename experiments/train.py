@@ -9,8 +9,11 @@ A multi-process job (one process per host, or several on one machine):
     --num_processes=2 --process_id=0
   python experiments/train.py --config=... --distributed      # TPU pod slice, SLURM: from the environment
 
-Running the same command on an unfinished workdir resumes from its latest checkpoint. SIGTERM saves a
-checkpoint at the current step and exits 0 (preemption); the next launch resumes.
+Running the same command on an unfinished workdir resumes from its latest checkpoint. SIGTERM
+(preemption) and SIGINT (Ctrl-C) save where the run is (a checkpoint at the current step, or the
+finished chunks of an evaluation) and exit 0 or 130; the next launch resumes. A stop that arrives
+inside one long call exits after --stop_grace_s seconds anyway, naming what was saved last
+(`experiments/stopping.py`).
 
 Before spending pod time, lower every phase for the target without running anything
 (`experiments/lowering.py`; one line per program, exit status 1 if any fails):
@@ -22,9 +25,7 @@ Before spending pod time, lower every phase for the target without running anyth
 from __future__ import annotations
 
 import os
-import signal
 import sys
-import threading
 
 from absl import app, flags, logging
 from ml_collections import config_flags
@@ -57,7 +58,11 @@ _LOWER_DEVICES = flags.DEFINE_integer(
 )
 flags.mark_flags_as_required(["config"])
 
-_PREEMPTED = threading.Event()
+_STOP_GRACE = flags.DEFINE_float(
+  "stop_grace_s",
+  20.0,
+  "After SIGTERM/SIGINT, seconds to wait for the loop to save and stop before exiting anyway.",
+)
 
 
 def default_workdir(config) -> str:
@@ -80,7 +85,7 @@ def initialize_distributed() -> None:
 
 def main(argv):
   del argv
-  from experiments import loop, runtime  # after flag parsing, so --help stays fast
+  from experiments import loop, runtime, stopping  # after flag parsing, so --help stays fast
 
   runtime.setup()
   if _LOWER_ONLY.value:
@@ -90,12 +95,12 @@ def main(argv):
   initialize_distributed()
   config = _CONFIG.value
   workdir = _WORKDIR.value or default_workdir(config)
-  signal.signal(signal.SIGTERM, lambda *_: _PREEMPTED.set())
+  stop = stopping.StopSignals(_STOP_GRACE.value, loop.LAST_SAVED)
   try:
-    summary = loop.run(config, workdir, should_stop=lambda phase, step: _PREEMPTED.is_set())
-  except loop.Interrupted as stop:
-    logging.info("%s", stop)
-    return 0
+    summary = loop.run(config, workdir, should_stop=stop.should_stop)
+  except loop.Interrupted as interrupted:
+    logging.info("%s", interrupted)
+    return stop.exit_code()
   except loop.RUN_ERRORS as error:
     sys.exit(f"error: {error}")
   logging.info("results in %s: %s", os.path.join(workdir, "results.json"), summary.results)

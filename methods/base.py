@@ -67,11 +67,14 @@ class Phase:
     data: `inputs -> DataSource`, or None when the step makes its own data.
     evaluate: `(state, rng, inputs) -> {name: scalar or array}`; goes into `results.json`.
       Scalars also go to the metrics (metrics.jsonl, TensorBoard); arrays (curves, per-seed values)
-      are stored as nested lists in `results.json` only.
+      are stored as nested lists in `results.json` only. A long evaluation returns
+      `EvaluationChunks` instead: the loop runs, saves and resumes it chunk by chunk.
     artifacts: `(state, rng, inputs) -> {file stem: image array, matplotlib figure, AudioExamples or
       VideoClips}`.
     outputs: `(state, inputs) -> pytree` handed to later phases (default: the state).
-    state_sharding: `(mesh, abstract_state) -> sharding pytree`; default replicates every leaf.
+    sized_by: the config fields that set the memory of `init` and `step` (e.g. `("batch_size",
+      "data.max_context")`), named when the compiled program does not fit the device; default:
+      `batch_size` where the config has one.
   """
 
   name: str
@@ -82,6 +85,29 @@ class Phase:
   evaluate: Callable[[PyTree, jax.Array, Inputs], dict[str, float]] | None = None
   artifacts: Callable[[PyTree, jax.Array, Inputs], dict[str, Any]] | None = None
   outputs: Callable[[PyTree, Inputs], PyTree] | None = None
+  sized_by: Sequence[str] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class EvaluationChunks:
+  """An evaluation in named pieces (replications, samplers, n values, sample batches), for phases
+  whose evaluation runs long: the loop runs the chunks in order, saves each finished one
+  (`phases/<phase>/<chunk>.json`), asks whether to stop between them, and on resume runs only the
+  chunks not saved. `evaluate` returns it without computing anything.
+
+  Attributes:
+    names: the chunks, in order; unique, made of letters, digits and `._-` (they name files).
+    run: `name -> {result name: scalar or array}`, the chunk's results; must depend only on the
+      chunk (its own rng, e.g. `fold_in(rng, index)`), never on which chunks ran in this process.
+    combine: `{name: chunk results} -> {result name: scalar or array}`, the phase's results. It
+      receives each chunk as saved (scalars as floats, arrays as nested lists), so a resumed run
+      combines exactly what an uninterrupted one does. Default: the union of the chunks' results
+      (their names must not clash).
+  """
+
+  names: Sequence[str]
+  run: Callable[[str], Mapping[str, Any]]
+  combine: Callable[[Mapping[str, Mapping[str, Any]]], Mapping[str, Any]] | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -54,7 +54,16 @@ def test_fsdp_at_pod_scale_lowers_on_an_abstract_mesh_of_256_devices():
   config.mesh = (("data", 64), ("model", 4))
   config.sharding, config.fsdp_min_size = "fsdp", 2**10
   checks = lowering.lower_config(config, ("tpu",), num_devices=256)
-  assert [c.line() for c in checks] == ["ok      train/init [tpu]", "ok      train/step [tpu]"]
+  assert [c.line().split(" (")[0] for c in checks] == [
+    "ok      train/init [tpu]",
+    "ok      train/step [tpu]",
+  ]
+  config.sharding = "replicate"
+  replicated = lowering.lower_config(config, ("tpu",), num_devices=256)
+  # the lines' memory: FSDP over 64 x 4 devices holds a fraction of the replicated state per device
+  for fsdp, whole in zip(checks, replicated, strict=True):
+    assert 0 < fsdp.output_bytes < whole.output_bytes / 4, (fsdp.line(), whole.line())
+  assert "per device; temporaries after compiling" in checks[1].line()
 
 
 def test_an_indivisible_batch_at_pod_scale_is_one_line_and_exit_status_1():
@@ -87,7 +96,7 @@ def test_a_program_that_does_not_lower_is_a_failed_line_and_the_rest_still_run(m
   monkeypatch.setattr(kernel_lowering, "lower", lower)
   assert lowering.main(quant_diffusion.get_config(), ("cuda", "tpu"), None) == 1
   out = capsys.readouterr().out.splitlines()
-  assert out[:4] == [
+  assert [line.split(" (")[0] for line in out[:4]] == [
     "ok      train/init [cuda]",
     "FAILED  train/step [cuda]: ValueError: Mosaic GPU kernel exceeds available shared memory",
     "ok      train/init [tpu]",

@@ -496,6 +496,7 @@ def phases(config: ml_collections.ConfigDict) -> list[Phase]:
       evaluate=lambda state, rng, inputs: evaluate(config, state["params"]),
       artifacts=lambda state, rng, inputs: samples_figure(config, state["params"], rng),
       outputs=lambda state, inputs: state["params"],
+      sized_by=("batch_size", "data.max_context", "data.num_targets", "model.width", "model.depth"),
     )
   ]
   if config.benchmark.context_sizes:

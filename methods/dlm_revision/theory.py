@@ -22,6 +22,7 @@ from core import dlm_programs as programs
 from core import masked_diffusion as md
 from core import optim
 from core.data import parity
+from methods.base import EvaluationChunks
 
 MASK_ID = programs.MASK
 
@@ -95,33 +96,43 @@ def _naive_metrics(n: int, rng, num_samples: int, tv: bool, rounds: int, radius:
   return {k: float(v) for k, v in values.items()} | {"rounds": float(rounds)}
 
 
-def separation_evaluate(config, rng) -> dict:
-  """Per program, arrays over `separation.lengths`: `sep_<program>_<metric>`; the exact sampler's TV
-  at the same sample size (`sep_tv_noise_floor`); headline scalars. Programs: the three exact
-  samplers, and for each T of `separation.naive_rounds` the naive monotone MDLM with the window
-  predictor (`naive_T<T>`) and with the global exact conditional (`global_T<T>`)."""
+def separation_chunk(config, rng, i: int) -> dict:
+  """E1 at one length n = `separation.lengths[i]`: `<program>/<metric>` for every program, and the
+  exact sampler's TV at the same sample size (`tv_noise_floor`)."""
   sep = config.separation
+  n = sep.lengths[i]
+  tv = n <= sep.tv_max_length
+  exact = parity.sample_even_parity(np.random.default_rng([config.seed, n]), n, sep.num_samples)
+  key = jax.random.fold_in(rng, i)
+  values = _exact_programs_fn(n, sep.num_samples, tv)(key)
+  measured = {
+    name: {k: float(v) for k, v in values[name].items()} | {"rounds": float(program.num_rounds)}
+    for name, program in separation_programs(n).items()
+  }
+  for j, rounds in enumerate(sep.naive_rounds):
+    for k, (label, radius) in enumerate((("naive", sep.window // 2), ("global", n))):
+      sub = jax.random.fold_in(key, 100 + 2 * j + k)
+      measured[f"{label}_T{rounds}"] = _naive_metrics(n, sub, sep.num_samples, tv, rounds, radius)
+  out = {"tv_noise_floor": float(parity.even_parity_tv(exact)) if tv else math.nan}
+  for name, metrics in measured.items():
+    metrics.setdefault("tv", math.nan)
+    out |= {f"{name}/{metric}": value for metric, value in metrics.items()}
+  return out
+
+
+def separation_combine(config, chunks: list[dict]) -> dict:
+  """Per program, arrays over `separation.lengths`: `sep_<program>_<metric>`; the exact sampler's TV
+  at the same sample size (`sep_tv_noise_floor`); headline scalars."""
   table: dict[str, dict[str, list[float]]] = {}
-  floors = []
-  for i, n in enumerate(sep.lengths):
-    tv = n <= sep.tv_max_length
-    exact = parity.sample_even_parity(np.random.default_rng([config.seed, n]), n, sep.num_samples)
-    floors.append(float(parity.even_parity_tv(exact)) if tv else math.nan)
-    key = jax.random.fold_in(rng, i)
-    values = _exact_programs_fn(n, sep.num_samples, tv)(key)
-    measured = {
-      name: {k: float(v) for k, v in values[name].items()} | {"rounds": float(program.num_rounds)}
-      for name, program in separation_programs(n).items()
-    }
-    for j, rounds in enumerate(sep.naive_rounds):
-      for k, (label, radius) in enumerate((("naive", sep.window // 2), ("global", n))):
-        sub = jax.random.fold_in(key, 100 + 2 * j + k)
-        measured[f"{label}_T{rounds}"] = _naive_metrics(n, sub, sep.num_samples, tv, rounds, radius)
-    for name, metrics in measured.items():
-      metrics.setdefault("tv", math.nan)
-      for metric, value in metrics.items():
-        table.setdefault(name, {}).setdefault(metric, []).append(value)
-  results = {"sep_lengths": np.asarray(sep.lengths, np.float64), "sep_tv_noise_floor": floors}
+  for chunk in chunks:
+    for key, value in chunk.items():
+      if "/" in key:
+        name, metric = key.split("/")
+        table.setdefault(name, {}).setdefault(metric, []).append(float(value))
+  results = {
+    "sep_lengths": np.asarray(config.separation.lengths, np.float64),
+    "sep_tv_noise_floor": [float(chunk["tv_noise_floor"]) for chunk in chunks],
+  }
   for name, metrics in table.items():
     for metric, values in metrics.items():
       results[f"sep_{name}_{metric}"] = np.asarray(values)
@@ -132,6 +143,19 @@ def separation_evaluate(config, rng) -> dict:
   for name in exact_names:
     results[f"sep_max_rounds_{name}"] = max(table[name]["rounds"])
   return results
+
+
+def separation_evaluate(config, rng) -> EvaluationChunks:
+  """E1 in one chunk per n of `separation.lengths` (`n<n>`), so a long paper-scale run saves and
+  resumes per length. Programs: the three exact samplers, and for each T of `separation.naive_rounds`
+  the naive monotone MDLM with the window predictor (`naive_T<T>`) and with the global exact
+  conditional (`global_T<T>`)."""
+  names = [f"n{n}" for n in config.separation.lengths]
+  return EvaluationChunks(
+    names=names,
+    run=lambda name: separation_chunk(config, rng, names.index(name)),
+    combine=lambda done: separation_combine(config, [done[name] for name in names]),
+  )
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ import numpy as np
 
 from core import relight_metrics, relighting
 from core.data import gif, lambertian
-from methods.base import Phase, cached_per_config
+from methods.base import EvaluationChunks, Phase, cached_per_config
 from methods.lightctrl import models as P
 from methods.lightctrl import paper
 from methods.reports import figure_grid
@@ -180,27 +180,42 @@ def jitted_metrics(config):
   return jax.jit(metrics)
 
 
-def run_arms(config, state, rng) -> tuple[dict[str, np.ndarray], dict]:
-  """Every arm of `config.evaluation.arms` on the evaluation clips: their videos and the clips.
-  `pipeline.clips_per_call` clips go through the networks at once (0: all)."""
-  clips_np = P.evaluation_clips(config)
-  videos: dict[str, np.ndarray] = {}
-  arms = tuple(config.evaluation.arms)
-  chunks = _chunks(config, clips_np)
-  per_frame = [None] * len(chunks)
-  if "per_frame" in arms or any(a.startswith(SDEDIT_PREFIX) for a in arms):
-    per_frame = [
-      jitted_per_frame(config)(state, clips, _chunk_key(jax.random.fold_in(rng, 0), c, chunks))
-      for c, clips in enumerate(chunks)
-    ]
-  for index, arm in enumerate(arms):
-    key = jax.random.fold_in(rng, index + 1)
+class _ArmRunner:
+  """Runs the arms of `config.evaluation.arms` one at a time on the evaluation clips, with the
+  per-frame relighting (the input of `per_frame` and the SDEdit arms) computed once, when first
+  needed. `pipeline.clips_per_call` clips go through the networks at once (0: all)."""
+
+  def __init__(self, config, state, rng):
+    self.config, self.state, self.rng = config, state, rng
+    self.clips = P.evaluation_clips(config)
+    self.chunks = _chunks(config, self.clips)
+    self.arms = tuple(config.evaluation.arms)
+    self._per_frame = None
+
+  def per_frame(self) -> list:
+    if self._per_frame is None:
+      key = jax.random.fold_in(self.rng, 0)
+      self._per_frame = [
+        jitted_per_frame(self.config)(self.state, clips, _chunk_key(key, c, self.chunks))
+        for c, clips in enumerate(self.chunks)
+      ]
+    return self._per_frame
+
+  def video(self, arm: str) -> np.ndarray:
+    needs_per_frame = arm == "per_frame" or arm.startswith(SDEDIT_PREFIX)
+    per_frame = self.per_frame() if needs_per_frame else [None] * len(self.chunks)
+    key = jax.random.fold_in(self.rng, self.arms.index(arm) + 1)
     outs = [
-      _arm(config, state, arm, clips, per_frame[c], _chunk_key(key, c, chunks))
-      for c, clips in enumerate(chunks)
+      _arm(self.config, self.state, arm, clips, per_frame[c], _chunk_key(key, c, self.chunks))
+      for c, clips in enumerate(self.chunks)
     ]
-    videos[arm] = np.concatenate([np.asarray(out) for out in outs])
-  return videos, clips_np
+    return np.concatenate([np.asarray(out) for out in outs])
+
+
+def run_arms(config, state, rng) -> tuple[dict[str, np.ndarray], dict]:
+  """Every arm of `config.evaluation.arms` on the evaluation clips: their videos and the clips."""
+  runner = _ArmRunner(config, state, rng)
+  return {arm: runner.video(arm) for arm in runner.arms}, runner.clips
 
 
 def _chunks(config, clips_np) -> list[dict[str, jax.Array]]:
@@ -235,21 +250,50 @@ def _arm(config, state, arm: str, clips, per_frame, key) -> jax.Array:
   )
 
 
+def single_arm_metrics(config, arm: str, video, clips) -> dict[str, float | list]:
+  """`<arm>/<metric>`: the mean over clips, and `<arm>/<metric>_per_clip`."""
+  colours = jnp.asarray(lambertian.LIGHT_COLOURS[clips["prompt"]])
+  jclips = {k: jnp.asarray(v) for k, v in clips.items()}
+  values = jitted_metrics(config)(jnp.asarray(video), jclips, colours)
+  results: dict = {}
+  for name in METRICS:
+    per_clip = np.asarray(values[name], np.float64)
+    results[f"{arm}/{name}"] = float(per_clip.mean())
+    results[f"{arm}/{name}_per_clip"] = per_clip
+  return results
+
+
+def with_headline(config, results: dict) -> dict:
+  """The arms' metrics and the headline arm's means on top (`<metric>`)."""
+  headline = config.evaluation.headline
+  return {**results, **{name: results[f"{headline}/{name}"] for name in METRICS}}
+
+
 def arm_metrics(config, videos, clips) -> dict[str, float | list]:
   """`<arm>/<metric>` means over clips and per-clip lists, and the headline arm's means on top."""
-  colours = jnp.asarray(lambertian.LIGHT_COLOURS[clips["prompt"]])
   results: dict = {}
-  jclips = {k: jnp.asarray(v) for k, v in clips.items()}
   for arm, video in videos.items():
-    values = jitted_metrics(config)(jnp.asarray(video), jclips, colours)
-    for name in METRICS:
-      per_clip = np.asarray(values[name], np.float64)
-      results[f"{arm}/{name}"] = float(per_clip.mean())
-      results[f"{arm}/{name}_per_clip"] = per_clip
-  headline = config.evaluation.headline
-  for name in METRICS:
-    results[name] = results[f"{headline}/{name}"]
-  return results
+    results |= single_arm_metrics(config, arm, video, clips)
+  return with_headline(config, results)
+
+
+def arm_chunks(config, state, rng, evaluation: dict) -> EvaluationChunks:
+  """The evaluation as one chunk per arm (saved and resumed by the loop one arm at a time); the
+  videos of the arms run in this process are kept in `evaluation` for the artifacts. Equal to
+  `arm_metrics` of `run_arms`."""
+  runner = _ArmRunner(config, state, rng)
+  evaluation["videos"], evaluation["clips"] = {}, runner.clips
+
+  def run(arm):
+    evaluation["videos"][arm] = runner.video(arm)
+    return single_arm_metrics(config, arm, evaluation["videos"][arm], runner.clips)
+
+  def combine(done):
+    if len(evaluation["videos"]) < len(runner.arms):  # resumed: some arms ran before
+      del evaluation["videos"]
+    return with_headline(config, {k: v for arm in runner.arms for k, v in done[arm].items()})
+
+  return EvaluationChunks(names=runner.arms, run=run, combine=combine)
 
 
 def frames_figure(config, videos, clips):
@@ -304,8 +348,7 @@ def relight_phase(config) -> Phase:
     weights = lambda state: state
 
   def evaluate(state, rng, inputs):
-    evaluation["videos"], evaluation["clips"] = run_arms(config, weights(state), rng)
-    return arm_metrics(config, evaluation["videos"], evaluation["clips"])
+    return arm_chunks(config, weights(state), rng, evaluation)
 
   def artifacts(state, rng, inputs):
     if "videos" not in evaluation:
