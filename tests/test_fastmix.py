@@ -316,6 +316,21 @@ def test_regressors_find_the_minimum_of_a_smooth_loss_surface(kind):
   assert np.isfinite(float(loo_error))
 
 
+def test_climb_draws_close_in_on_a_sparse_centre_only_without_a_floor():
+  """CLIMB's Dirichlet draws narrow onto the centre as the concentration grows; a floor on every
+  source keeps them a fixed distance from a centre that puts 0 on some sources."""
+  centre = jnp.array([0.7, 0.0, 0.0, 0.3, 0.0, 0.0])
+
+  def mean_l1(concentration, floor):
+    draws = mixture.climb_candidates(jax.random.key(5), centre, concentration, 2000, floor)
+    return float(jnp.abs(draws - centre).sum(-1).mean())
+
+  plain = [mean_l1(c, 0.0) for c in (20.0, 180.0)]
+  floored = [mean_l1(c, 0.05) for c in (20.0, 180.0)]
+  assert plain[1] < 0.5 * plain[0] and plain[1] < 0.08
+  assert floored[1] > 0.25  # 6 x 0.05 / 1.3 of the mass stays off the centre's support
+
+
 def test_doremi_update_and_lattice():
   alpha = mixture.doremi_update(jnp.full(4, 0.25), jnp.array([1.0, 0, 0, 0]), 1.0, 0.1)
   assert float(alpha.sum()) == pytest.approx(1.0) and alpha[0] > alpha[1] >= 0.1 / 4
