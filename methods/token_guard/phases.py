@@ -470,8 +470,17 @@ def token_auroc(config, decoder, rng) -> dict[str, float]:
   object tokens of hallucinated steps and answers in sampled test answers; F_seg for segments."""
   samples = scored_samples(config, decoder, split_of(config, "test"), rng, paper_thresholds(config))
   labels = samples["token_label"]
-  correct = (samples["answer_verdict"] == "correct").reshape(-1, config.eval.analysis_samples)
+  verdicts = samples["answer_verdict"]
+  correct = (verdicts == "correct").reshape(-1, config.eval.analysis_samples)
+  judged = np.isin(verdicts, ("correct",) + factual_world.HALLUCINATION_TYPES)
+  chain_global = samples["chain_global"].reshape(correct.shape)
+  picked = np.take_along_axis(correct, np.argmax(chain_global, 1)[:, None], 1)
   return {
+    "auroc_chain_global": auroc(
+      np.isin(verdicts[judged], factual_world.HALLUCINATION_TYPES), -samples["chain_global"][judged]
+    ),
+    # what a selection by F_global alone would reach among the same draws
+    "samples_best_global_correct_rate": float(np.mean(picked)) if correct.size else float("nan"),
     "auroc_token_score": auroc(labels, -samples["token_token"]),
     "auroc_probability": auroc(labels, -samples["token_prob"]),
     "auroc_cosine": auroc(labels, -samples["token_cosine"]),

@@ -13,6 +13,7 @@ from methods.base import Report, with_changes
 from methods.reports import figure_grid, interval_cell, mean_std_cell
 
 AUROC_KEYS = ("auroc_token_score", "auroc_probability", "auroc_cosine", "auroc_segment_score")
+AUROC_KEYS += ("auroc_chain_global",)
 COLUMNS = (
   ("em", 100, "EM %"),
   ("f1", 100, "F1 %"),
@@ -90,7 +91,7 @@ def _summary(config, results) -> dict:
   for name in config.eval.decoders:
     for key in per_decoder:
       summary[f"{key}_{name}"] = _mean(results, f"{key}_{name}")
-  extra = ("samples_correct_rate", "samples_any_correct_rate")
+  extra = ("samples_correct_rate", "samples_any_correct_rate", "samples_best_global_correct_rate")
   extra += tuple(f"calibrated_{t}" for t in ("tau_token", "tau_low", "tau_high", "tau_global"))
   for key in AUROC_KEYS + extra:
     if _values(results, key):
@@ -130,13 +131,16 @@ def _notes(config, results, summary) -> str:
     lines.append(
       "Token-score AUROC for flagging hallucinated object tokens: F_tok "
       f"{summary['auroc_token_score']:.3f}, probability alone {summary['auroc_probability']:.3f}, "
-      f"cosine alone {summary['auroc_cosine']:.3f}, F_seg {summary['auroc_segment_score']:.3f}."
+      f"cosine alone {summary['auroc_cosine']:.3f}, F_seg {summary['auroc_segment_score']:.3f}; "
+      f"F_global for flagging hallucinated answers {summary.get('auroc_chain_global', float('nan')):.3f}."
     )
   if "samples_any_correct_rate" in summary:
     lines.append(
       "Headroom: a single answer sampled at T = 1 is correct "
       f"{100 * summary['samples_correct_rate']:.1f}% of the time, at least one of "
-      f"{config.eval.analysis_samples} draws {100 * summary['samples_any_correct_rate']:.1f}%."
+      f"{config.eval.analysis_samples} draws {100 * summary['samples_any_correct_rate']:.1f}%, "
+      f"the draw with the highest F_global "
+      f"{100 * summary.get('samples_best_global_correct_rate', float('nan')):.1f}%."
     )
   return "\n".join(lines)
 
