@@ -131,6 +131,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.climb.num_candidates = 20_000
   config.climb.concentration = 20.0  # Dirichlet concentration around the best proxy, round 1
   config.climb.concentration_growth = 3.0  # per round (the search region narrows)
+  config.climb.floor = 0.0  # weight added to every source of the centre (CLIMB draws: none)
   config.climb.top_k = 10
 
   config.doremi = ml_collections.ConfigDict()

@@ -119,9 +119,19 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.guard.top_p = 0.95
   config.guard.top_k = 50
   config.guard.refine_top_p = 0.9
+  config.guard.refine = "window"  # "window" (Eq. 10: rewrite {i-1, i, i+1}) | "suffix" (code)
+  config.guard.clustering = "tfidf_kmeans"  # "tfidf_kmeans" (code's TF-IDF + KMeans) | "exact"
+  config.guard.num_clusters = 3  # k-means clusters (code CLI default 2; spec 3 small / 5 large)
 
   config.eval = ml_collections.ConfigDict()
-  config.eval.decoders = ("greedy", "sampling", "token_guard")
+  # always_abstain: the trivial policy beside the headline; token_guard_no_abstain: tau_abstain = 0
+  config.eval.decoders = (
+    "greedy",
+    "sampling",
+    "token_guard",
+    "token_guard_no_abstain",
+    "always_abstain",
+  )
   config.eval.main_decoder = "token_guard"  # the headline keys of results.json
   config.eval.chunk = 100  # questions per batched decoder call
   config.eval.chain_width = 24  # generated tokens per answer (steps and answer)
@@ -150,6 +160,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       "token_guard",
       "token_guard_calibrated",
       "token_guard_code",
+      "token_guard_no_abstain",
+      "token_guard_suffix",
+      "token_guard_exact",
+      "always_abstain",
       "no_token",
       "no_segment",
       "no_global",
@@ -193,5 +207,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       "no_token",
       "no_segment",
       "no_global",
+      "no_prompt",
     )
   return config

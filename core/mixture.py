@@ -362,12 +362,16 @@ def regmix_select(model, candidates: jax.Array, top_k: int) -> jax.Array:
 
 
 def climb_candidates(
-  key: jax.Array, centre: jax.Array, concentration: float, num: int, floor: float = 0.05
+  key: jax.Array, centre: jax.Array, concentration: float, num: int, floor: float = 0.0
 ) -> jax.Array:
   """`[num, K]` draws from Dirichlet(concentration * (centre + floor) / sum): a region around
-  `centre` that narrows as `concentration` grows (`floor` keeps every source reachable)."""
+  `centre` that narrows as `concentration` grows. CLIMB (Diao et al. 2025, arXiv 2504.13161,
+  Sec. 3) draws plain Dirichlet mixtures with no minimum weight, so `floor` defaults to 0; a
+  positive floor keeps every source reachable but also keeps the draws away from a sparse centre
+  (each draw's expected weight on a source is at least floor / (1 + K floor)). The Dirichlet
+  parameter is kept above 1e-6 so that a source at exactly 0 stays a valid (near-zero) draw."""
   base = (centre + floor) / jnp.sum(centre + floor)
-  return jax.random.dirichlet(key, concentration * base, (num,))
+  return jax.random.dirichlet(key, jnp.maximum(concentration * base, 1e-6), (num,))
 
 
 def doremi_update(

@@ -23,16 +23,18 @@ Scores (Sec. 3; `score_chains` computes all of them from one forward of prompt +
 Decoding (`token_guard_decode`, the official `beam_search.py` scaffold, phi-Decoding style): per
 reasoning step every beam samples `rollouts` next segments (a segment ends at "." or <eos>); each is
 scored; segments with F_seg in [tau_low - adj, tau_high + adj) are refined up to `max_refine` times
-(Eq. 10: cut at the window {i-1, i, i+1} of the lowest-F_tok token i, resample the rest, keep it if
-F_seg rises, stop at tau_high + adj); those below tau_low - adj are discarded; the rest are width
+(Eq. 10: resample the window {i-1, i, i+1} of the lowest-F_tok token i keeping both sides, or with
+`refine = "suffix"` the code's cut-and-resample-the-rest; keep it if F_seg rises, stop at
+tau_high + adj); those below tau_low - adj are discarded; the rest are width
 pruned (mean log-prob > mean - 0.8 std); advantage = mean log-prob - parent value + 2.0 F_global of
-the chain with the candidate; candidates are clustered (identical segments) and `beams` of them drawn
+the chain with the candidate; candidates are clustered (the code's TF-IDF + k-means, or identical
+segments with `clustering = "exact"`) and `beams` of them drawn
 without replacement with weights (softmax(cluster share) + softmax(advantage)) / 2. Eq. 15 moves `adj`
 after each step from the first beam's F_fact/F_logic: +0.1 (wider refine band) when F_fact < 0.5 and
 F_logic > 0.6, -0.1 when the reverse, else 0. A question stops branching when its largest cluster
 holds `stop_share` of the candidates or all beams ended; unfinished beams are completed, the final
 answer comes from the largest cluster of the beams' answers (highest advantage within it), and while
-its F_global < tau_global the worst segment is refined with the rest of the chain resampled (at most
+its F_global < tau_global the worst segment is refined the same way (at most
 `global_iterations` times, kept when F_global rises). If F_fact and F_logic are both below
 `tau_abstain` the answer is "No answer" (the paper's fallback; the code's only fires without a chain).
 
@@ -44,7 +46,8 @@ sampling-and-selection machinery around it.
 Choices where the paper is open: segments are single reasoning steps (the code's foresight completion
 of the whole remaining answer per candidate is not used: a step is scored when it is written); the
 refinement trigger phrases of the code ("Wait, let me double check...") are not inserted, because
-a model trained here has never seen them, so refinement is plain resampling from the window start;
+a model trained here has never seen them; the window is drawn given its left side (an
+autoregressive model cannot condition on the right) and judged by F_seg / F_global with both sides;
 ties and fallbacks of the code's selection (too few valid candidates) keep the best-scoring discarded
 ones; the final pick within the largest answer cluster is its highest advantage, not a draw.
 """
@@ -102,6 +105,9 @@ class Guard(NamedTuple):
   top_p: float = 0.95
   top_k: int = 50
   refine_top_p: float = 0.9
+  refine: str = "window"  # "window" (paper Eq. 10: rewrite {i-1, i, i+1}) | "suffix" (code)
+  clustering: str = "tfidf_kmeans"  # "tfidf_kmeans" (code) | "exact" (identical segments)
+  num_clusters: int = 3  # k-means clusters of the candidates (spec: 3 small / 5 large datasets)
 
   @property
   def scored(self) -> bool:
@@ -392,9 +398,39 @@ def last_segment(chain, lengths, stop_tokens, width: int):
 
 def cluster_shares(keys, pool):
   """For candidates `keys [Q, M, L]` in `pool [Q, M]`: the share of the pool holding an identical
-  key, `[Q, M]` (the toy stand-in for the code's TF-IDF + KMeans clusters)."""
+  key, `[Q, M]` (cluster labels `[Q, M, 1]` give the share of each candidate's cluster)."""
   same = jnp.all(keys[:, :, None] == keys[:, None, :], axis=-1) & pool[:, None, :]
   return same.sum(-1) / jnp.maximum(pool.sum(-1, keepdims=True), 1)
+
+
+def semantic_clusters(keys, num_clusters: int, seed: int = 0) -> np.ndarray:
+  """The official `beam_search.py`'s clustering of candidate texts: TF-IDF vectors (each token id
+  a word) and k-means with `min(num_clusters, distinct candidates)` clusters, per question.
+  `keys [Q, M, L]` token ids padded with -1; returns labels `[Q, M, 1]` (a `cluster_shares` key).
+  With at most `num_clusters` distinct candidates every distinct one is its own cluster."""
+  from sklearn.cluster import KMeans
+  from sklearn.feature_extraction.text import TfidfVectorizer
+
+  keys = np.asarray(keys)
+  labels = np.zeros(keys.shape[:2], np.int32)
+  for q, rows in enumerate(keys):
+    texts = [" ".join(f"t{t}" for t in row if t >= 0) or "empty" for row in rows]
+    distinct, inverse = np.unique(texts, return_inverse=True)
+    if len(distinct) <= num_clusters:
+      labels[q] = inverse
+      continue
+    vectors = TfidfVectorizer(token_pattern=r"\S+", lowercase=False).fit_transform(texts)
+    kmeans = KMeans(num_clusters, n_init=1, max_iter=50, random_state=seed)
+    labels[q] = kmeans.fit_predict(vectors)
+  return labels[..., None]
+
+
+def cluster_keys(guard: Guard, keys, seed: int = 0):
+  """The keys `select_beams` / `cluster_shares` compare: the segments themselves (`exact`) or
+  their TF-IDF k-means labels."""
+  if guard.clustering == "exact":
+    return keys
+  return jnp.asarray(semantic_clusters(keys, guard.num_clusters, seed))
 
 
 @functools.partial(jax.jit, static_argnames=("beams",))
@@ -497,6 +533,13 @@ def sampling_decode(decoder: Decoder, prompts, prompt_lengths, rng, sampling) ->
   return Decoded(np.asarray(chain), np.asarray(lengths), np.zeros(len(passes), bool), passes)
 
 
+def abstain_decode(decoder: Decoder, prompts) -> Decoded:
+  """The trivial policy: "No answer" to every question, no forward pass."""
+  q = prompts.shape[0]
+  chain, lengths = decoder.empty(q)
+  return Decoded(np.asarray(chain), np.asarray(lengths), np.ones(q, bool), np.zeros(q))
+
+
 def self_consistency_decode(decoder, prompts, prompt_lengths, rng, sampling, num_samples):
   """Majority answer of `num_samples` draws (Wang et al. 2023); the chain shown is the first draw
   with that answer."""
@@ -545,13 +588,74 @@ def refine_cut(scores: ChainScores, lengths, segment, use_token: bool):
   if not use_token:
     return start
   ids = jnp.arange(scores.token.shape[1])[None]
-  next_start = jnp.take_along_axis(
-    scores.segment_start, jnp.minimum(segment + 1, scores.segment.shape[1] - 1)[:, None], 1
-  )[:, 0]
-  end = jnp.where(segment + 1 < scores.num_segments, next_start, lengths)
+  end = _segment_end(scores, lengths, segment)
   inside = (ids >= start[:, None]) & (ids < end[:, None])
   lowest = jnp.argmin(jnp.where(inside, scores.token, jnp.inf), axis=1)
   return jnp.maximum(start, lowest - 1).astype(jnp.int32)
+
+
+def _segment_end(scores: ChainScores, lengths, segment):
+  """One past the last token of segment `segment [N]`."""
+  next_start = jnp.take_along_axis(
+    scores.segment_start, jnp.minimum(segment + 1, scores.segment.shape[1] - 1)[:, None], 1
+  )[:, 0]
+  return jnp.where(segment + 1 < scores.num_segments, next_start, lengths)
+
+
+def window_width(guard: Guard) -> int:
+  """Most tokens one window rewrite replaces: {i-1, i, i+1} with token scores, else the segment."""
+  return 3 if guard.use_token else guard.segment_length
+
+
+def rewrite_window(
+  decoder, guard, prompts, plens, chain, lengths, scores, segment, need, rng, sampling
+):
+  """Eq. 10 as the paper states it: resample only the window {i-1, i, i+1} around the lowest-F_tok
+  token i of segment `segment [N]` (the whole segment without token scores), keeping every token on
+  both sides; the segment's stop tokens stay in place and a draw that writes a stop token inside
+  the window is dropped. Returns (chain, lengths, rewritten tokens [N], tried [N])."""
+  start = jnp.take_along_axis(scores.segment_start, segment[:, None], 1)[:, 0]
+  end = _segment_end(scores, lengths, segment)
+  cut = refine_cut(scores, lengths, segment, guard.use_token)
+  win_end = jnp.minimum(cut + 3, end) if guard.use_token else end
+  width = window_width(guard)
+  ids = jnp.arange(chain.shape[1])[None]
+  stops = jnp.asarray(decoder.stop_tokens + (decoder.eos_id,), jnp.int32)
+  window = (ids >= cut[:, None]) & (ids < win_end[:, None]) & ~jnp.isin(chain, stops)
+  window &= need[:, None] & (ids >= start[:, None])
+  ext = decoder.extend(
+    prompts, plens, chain, jnp.where(need, cut, lengths), rng, width, sampling, (-1,)
+  )
+  tried = need & window.any(-1) & ~jnp.any(window & jnp.isin(ext.chain, stops), -1)
+  new = jnp.where(window & tried[:, None], ext.chain, chain)
+  return new, lengths, window.sum(-1), tried
+
+
+def rewrite(
+  decoder,
+  guard,
+  prompts,
+  plens,
+  chain,
+  lengths,
+  scores,
+  segment,
+  need,
+  rng,
+  sampling,
+  suffix_tokens,
+  suffix_stops=None,
+):
+  """A refinement draw of segment `segment [N]` of the `need` rows: the window rewrite
+  (`guard.refine = "window"`) or, as the official code does, cut at the window start and
+  resample up to `suffix_tokens` new tokens (stopping at `suffix_stops`)."""
+  if guard.refine == "window":
+    return rewrite_window(
+      decoder, guard, prompts, plens, chain, lengths, scores, segment, need, rng, sampling
+    )
+  cut = jnp.where(need, refine_cut(scores, lengths, segment, guard.use_token), lengths)
+  ext = decoder.extend(prompts, plens, chain, cut, rng, suffix_tokens, sampling, suffix_stops)
+  return ext.chain, ext.lengths, ext.new_tokens, need
 
 
 class _Beams(NamedTuple):
@@ -580,17 +684,28 @@ def _refine_segments(
     if not bool(jnp.any(need)):
       break
     segment = jnp.maximum(scores.num_segments - 1, 0)
-    cut = jnp.where(need, refine_cut(scores, lengths, segment, guard.use_token), lengths)
-    ext = decoder.extend(
-      prompts, plens, chain, cut, jax.random.fold_in(rng, attempt), guard.segment_length, refine
+    key = jax.random.fold_in(rng, attempt)
+    new_chain, new_lengths, rewritten, tried = rewrite(
+      decoder,
+      guard,
+      prompts,
+      plens,
+      chain,
+      lengths,
+      scores,
+      segment,
+      need,
+      key,
+      refine,
+      guard.segment_length,
     )
-    new_scores = decoder.score(prompts, plens, ext.chain, ext.lengths, thresholds, guard)
-    passes += np.asarray(need * (2 + ext.new_tokens))
-    better = need & (
+    new_scores = decoder.score(prompts, plens, new_chain, new_lengths, thresholds, guard)
+    passes += np.asarray(need * (2 + rewritten))
+    better = tried & (
       _last(new_scores.segment, new_scores.num_segments)
       > _last(scores.segment, scores.num_segments)
     )
-    chain, lengths = _where_rows(better, (ext.chain, ext.lengths), (chain, lengths))
+    chain, lengths = _where_rows(better, (new_chain, new_lengths), (chain, lengths))
     scores = _where_rows(better, new_scores, scores)
   return (chain, lengths), scores
 
@@ -652,10 +767,7 @@ def token_guard_decode(
         )
       log_prob = _segment_log_prob(scores, cand[1], jnp.maximum(scores.num_segments - 1, 0))
     valid = active | (~active & first_rollout)  # a finished or stopped beam stays, once
-    keep = valid & _width_pruned(log_prob, active, q, m, guard.sigma_rate)
-    if guard.use_segment:
-      f_seg = _last(scores.segment, scores.num_segments)
-      keep &= ~(active & (f_seg < thresholds.tau_low - adj_rows))
+    keep = kept_candidates(guard, thresholds, scores, log_prob, active, valid, adj_rows, q, m)
     advantage = log_prob - parent.value
     if guard.use_global:
       advantage += guard.advantage_weight * scores.glob
@@ -665,7 +777,7 @@ def token_guard_decode(
       keep.reshape(q, m),
       valid.reshape(q, m),
       advantage.reshape(q, m),
-      keys.reshape(q, m, -1),
+      cluster_keys(guard, keys.reshape(q, m, -1), step),
       jax.random.fold_in(key, 2),
       beams=b,
     )
@@ -678,6 +790,16 @@ def token_guard_decode(
       adj = threshold_adjustment(guard, scores.fact[first], scores.logic[first])
     stopped |= (share >= guard.stop_share) & (step + 1 >= min_steps)
   return _finish(decoder, guard, thresholds, beams, beam_prompts, beam_plens, rng, passes, q)
+
+
+def kept_candidates(guard, thresholds, scores, log_prob, active, valid, adj, q: int, m: int):
+  """The candidates `select_beams` draws from: valid, past the width pruning and, with the segment
+  level, not discarded (a new segment with F_seg < tau_low - adj)."""
+  keep = valid & _width_pruned(log_prob, active, q, m, guard.sigma_rate)
+  if guard.use_segment:
+    f_seg = _last(scores.segment, scores.num_segments)
+    keep &= ~(active & (f_seg < thresholds.tau_low - adj))
+  return keep
 
 
 def _in_band(scores: ChainScores, thresholds: Thresholds, adj):
@@ -718,7 +840,7 @@ def _finish(decoder, guard, thresholds, beams, prompts, plens, rng, passes, q) -
     open_rows, ext.log_prob / jnp.maximum(ext.new_tokens, 1) - beams.value, beams.advantage
   )
   keys = last_segment(chain, lengths, decoder.stop_tokens, guard.segment_length).reshape(q, b, -1)
-  share = cluster_shares(keys, jnp.ones((q, b), bool))
+  share = cluster_shares(cluster_keys(guard, keys), jnp.ones((q, b), bool))
   best = jnp.argmax(share * 1e6 + advantage.reshape(q, b), axis=-1)
   rows = jnp.arange(q) * b + best
   chain, lengths = chain[rows], lengths[rows]
@@ -745,21 +867,26 @@ def _global_iteration(decoder, guard, thresholds, prompts, plens, chain, lengths
       break
     masked = jnp.where(scores.segment_valid, scores.segment, jnp.inf)
     worst = jnp.argmin(masked, axis=1).astype(jnp.int32)
-    cut = jnp.where(need, refine_cut(scores, lengths, worst, guard.use_token), lengths)
-    ext = decoder.extend(
+    key = jax.random.fold_in(rng, 20_000 + attempt)
+    new_chain, new_lengths, rewritten, tried = rewrite(
+      decoder,
+      guard,
       prompts,
       plens,
       chain,
-      cut,
-      jax.random.fold_in(rng, 20_000 + attempt),
-      decoder.width,
+      lengths,
+      scores,
+      worst,
+      need,
+      key,
       sampling,
+      decoder.width,
       (decoder.eos_id,),
     )
-    new_scores = decoder.score(prompts, plens, ext.chain, ext.lengths, thresholds, guard)
-    passes = passes + np.asarray(need * (2 + ext.new_tokens))
-    better = need & (new_scores.glob > scores.glob)
-    chain, lengths = _where_rows(better, (ext.chain, ext.lengths), (chain, lengths))
+    new_scores = decoder.score(prompts, plens, new_chain, new_lengths, thresholds, guard)
+    passes = passes + np.asarray(need * (2 + rewritten))
+    better = tried & (new_scores.glob > scores.glob)
+    chain, lengths = _where_rows(better, (new_chain, new_lengths), (chain, lengths))
     scores = _where_rows(better, new_scores, scores)
   abstain = (scores.fact < thresholds.tau_abstain) & (scores.logic < thresholds.tau_abstain)
   return chain, lengths, abstain, passes

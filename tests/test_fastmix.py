@@ -1,6 +1,7 @@
 """FastMix: the hypergradient against autodiff, the reparametrisation, the known optimum, the
 baselines' maths, and runs of the method through the shared loop."""
 
+import functools
 import math
 
 import chex
@@ -86,15 +87,55 @@ def test_head_only_form_is_exact_when_only_the_head_trains():
   )
 
 
-def test_truncated_hypergradient_differs_from_a_longer_unroll_only_at_second_order():
-  params, source_losses, target_loss, _ = bigram_problem()
-  logits = jnp.zeros(3)
-  small = [
-    mixture.unrolled_hypergradient(source_losses, target_loss, params, logits, 1e-3, n)
-    for n in (1, 3)
-  ]
-  # for a tiny step the unrolled gradient is additive in the steps: 3 steps ~ 3 x 1 step
-  np.testing.assert_allclose(small[1], 3 * small[0], rtol=2e-2, atol=1e-9)
+def softmax_regression_problem(num_sources=4, rows=5, dim=3, classes=4):
+  """A linear softmax classifier, per-source labelled batches and a target batch (plain jnp, so
+  the unrolled reference compiles in a moment)."""
+  keys = jax.random.split(jax.random.key(11), 5)
+  x = jax.random.normal(keys[0], (num_sources, rows, dim))
+  y = jax.random.randint(keys[1], (num_sources, rows), 0, classes)
+  xt = jax.random.normal(keys[2], (rows, dim))
+  yt = jax.random.randint(keys[3], (rows,), 0, classes)
+  params = {"w": 0.5 * jax.random.normal(keys[4], (dim, classes))}
+
+  def loss(p, inputs, labels):
+    logp = jax.nn.log_softmax(inputs @ p["w"])
+    return -jnp.take_along_axis(logp, labels[:, None], 1).mean()
+
+  def source_losses(p):
+    return jax.vmap(lambda a, b: loss(p, a, b))(x, y)
+
+  return params, source_losses, lambda p: loss(p, xt, yt)
+
+
+def _one_step_sum_along_sgd(source_losses, target_loss, params, logits, lr, steps):
+  """The sum over an SGD path of the closed-form one-step hypergradients (Eq. 5) at each step."""
+  alpha = mixture.mixture_weights(logits)
+  total, w = jnp.zeros_like(logits), params
+  for _ in range(steps):
+    source_grads = jax.jacrev(source_losses)(w)
+    w_next = jax.tree.map(lambda p, g: p - lr * jnp.tensordot(alpha, g, 1), w, source_grads)
+    dl_dalpha = mixture.hypergradient(jax.grad(target_loss)(w_next), source_grads, lr)
+    total, w = total + mixture.outer_gradient(logits, dl_dalpha, 0.0), w_next
+  return total
+
+
+def test_truncated_hypergradient_matches_the_sgd_reference_up_to_second_order_in_the_step():
+  """Over n SGD steps the exact hypergradient (autodiff through the unrolled SGD path, the
+  reference) equals the sum of the per-step closed forms (Eq. 5, n2 = 1) up to terms of order
+  lr^2 n^2 (the Hessian couplings the truncation drops): the relative gap is small and halves
+  with the step size."""
+  params, source_losses, target_loss = softmax_regression_problem()
+  logits = jnp.array([0.4, -0.3, 0.2, 0.0])
+
+  @functools.partial(jax.jit, static_argnums=0)
+  def gap(lr):
+    exact = mixture.unrolled_hypergradient(source_losses, target_loss, params, logits, lr, 4)
+    truncated = _one_step_sum_along_sgd(source_losses, target_loss, params, logits, lr, 4)
+    return jnp.linalg.norm(exact - truncated) / jnp.linalg.norm(exact)
+
+  gaps = [float(gap(lr)) for lr in (0.1, 0.05)]
+  assert 0.0 < gaps[1] < gaps[0] < 0.3, gaps
+  assert gaps[0] / gaps[1] == pytest.approx(2.0, rel=0.3), gaps
 
 
 def test_entropy_term_pushes_towards_uniform_with_the_papers_sign_and_away_with_the_codes():
@@ -108,12 +149,54 @@ def test_entropy_term_pushes_towards_uniform_with_the_papers_sign_and_away_with_
   assert -mixture.negative_entropy(descended) > entropy > -mixture.negative_entropy(ascended)
 
 
-def test_identical_sources_leave_the_mixture_uniform():
-  params, source_losses, target_loss, sources = bigram_problem()
-  grads = jax.grad(lambda p: source_losses(p)[0])(params)
-  same = jax.tree.map(lambda g: jnp.stack([g] * 3), grads)
-  dl_dalpha = mixture.hypergradient(jax.grad(target_loss)(params), same, 0.1)
-  np.testing.assert_allclose(mixture.outer_gradient(jnp.zeros(3), dl_dalpha, 0.0), 0.0, atol=1e-7)
+def quadratic_task(centres: np.ndarray, target: np.ndarray) -> tasks.Task:
+  """Sources whose examples are the points `centres[i]`, loss 0.5 ||w - x||^2: the inner optimum
+  of `sum_i alpha_i L_i` is `sum_i alpha_i c_i`, so with independent centres the target point
+  `sum_i w*_i c_i` is reached exactly at alpha = w*."""
+  k = len(centres)
+
+  def token_losses(params, inputs):
+    return 0.5 * jnp.sum((params["w"] - inputs["x"]) ** 2, -1, keepdims=True)
+
+  return tasks.Task(
+    name="quadratic",
+    source_names=tuple(f"s{i}" for i in range(k)),
+    fields=("x",),
+    model=None,
+    init_params=lambda rng: {"w": jnp.zeros(centres.shape[1])},
+    token_losses=token_losses,
+    stratified=None,
+    mixture=None,
+    validation_batch=None,
+    validation_set={"x": jnp.asarray(target)[None]},
+    test_set={"x": jnp.asarray(target)[None]},
+  )
+
+
+def test_the_search_recovers_a_known_optimum_on_a_quadratic_task():
+  """`search.outer_round` (the method's Alg. 1 step: n1 AdamW steps, the hypergradient, Adam on z)
+  on a task whose best mixture is known in closed form, at a w* no other test uses."""
+  from methods.fastmix import search
+
+  w_star = np.array([0.15, 0.6, 0.25])
+  centres = np.array([[2.0, 0.0, 0.0], [0.0, 2.0, 0.5], [0.5, 0.0, 2.0]])
+  task = quadratic_task(centres, w_star @ centres)
+  config = fastmix_config.get_config()
+  config.steps, config.fastmix.inner_steps = 4000, 5
+  config.optim.update(learning_rate=0.05, schedule="constant", warmup_steps=1)
+  config.fastmix.update(outer_lr=0.05, entropy_weight=0.0)
+  rows = 2
+  source = jnp.repeat(jnp.arange(3), rows)
+  train = {"x": jnp.broadcast_to(jnp.repeat(jnp.asarray(centres), rows, 0), (5, 3 * rows, 3))}
+  val = {"x": jnp.broadcast_to(jnp.asarray(w_star @ centres), (4, 3))}
+  state = search.init_one(config, task, jax.random.key(3))
+  step = jax.jit(lambda s: search.outer_round(config, task, s, train, val, source=source)[0])
+  start = mixture.l1_distance(mixture.mixture_weights(state["logits"]), w_star)
+  for _ in range(400):
+    state = step(state)
+  found = mixture.mixture_weights(state["logits"])
+  assert float(start) > 0.5
+  np.testing.assert_allclose(found, w_star, atol=0.03)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -231,6 +314,21 @@ def test_regressors_find_the_minimum_of_a_smooth_loss_surface(kind):
   assert float(mixture.l1_distance(best, centre)) < 0.15
   _, loo_error = fit_and_pick((jnp.arange(60) < 30).astype(jnp.float32))
   assert np.isfinite(float(loo_error))
+
+
+def test_climb_draws_close_in_on_a_sparse_centre_only_without_a_floor():
+  """CLIMB's Dirichlet draws narrow onto the centre as the concentration grows; a floor on every
+  source keeps them a fixed distance from a centre that puts 0 on some sources."""
+  centre = jnp.array([0.7, 0.0, 0.0, 0.3, 0.0, 0.0])
+
+  def mean_l1(concentration, floor):
+    draws = mixture.climb_candidates(jax.random.key(5), centre, concentration, 2000, floor)
+    return float(jnp.abs(draws - centre).sum(-1).mean())
+
+  plain = [mean_l1(c, 0.0) for c in (20.0, 180.0)]
+  floored = [mean_l1(c, 0.05) for c in (20.0, 180.0)]
+  assert plain[1] < 0.5 * plain[0] and plain[1] < 0.08
+  assert floored[1] > 0.25  # 6 x 0.05 / 1.3 of the mass stays off the centre's support
 
 
 def test_doremi_update_and_lattice():

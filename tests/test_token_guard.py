@@ -230,6 +230,91 @@ def test_local_refinement_never_lowers_the_kept_segment_score(random_decoder):
   assert passes.min() > 0
 
 
+def _picked_first(keep, advantage, keys, draws=200):
+  """How often each of the `[1, M]` candidates is the first beam drawn, over `draws` keys."""
+  counts = np.zeros(keep.shape[1])
+  for i in range(draws):
+    picks, _ = tg.select_beams(keep, keep, advantage, keys, jax.random.key(i), beams=1)
+    counts[int(picks[0, 0])] += 1
+  return counts / draws
+
+
+def test_beam_selection_follows_the_advantage_and_the_cluster_share():
+  keep = jnp.ones((1, 4), bool)
+  distinct = jnp.arange(4).reshape(1, 4, 1)
+  flat = _picked_first(keep, jnp.zeros((1, 4)), distinct)
+  boosted = _picked_first(keep, jnp.array([[0.0, 0.0, 5.0, 0.0]]), distinct)
+  assert flat.max() < 0.45  # no score: every candidate has its chance
+  assert boosted[2] > 0.5 and boosted[2] > flat[2] + 0.2  # the advantage decides
+  clustered = jnp.array([0, 1, 1, 1]).reshape(1, 4, 1)  # three candidates agree
+  shared = _picked_first(keep, jnp.zeros((1, 4)), clustered)
+  assert shared[0] < flat[0]
+
+
+def test_semantic_clusters_merge_near_duplicate_segments_that_exact_identity_splits():
+  keys = np.array([[[5, 7, 9, 3], [5, 7, 8, 3], [11, 12, 13, 3], [5, 7, 9, 3], [11, 12, 14, 3]]])
+  labels = tg.semantic_clusters(keys, num_clusters=2)[0, :, 0]
+  assert labels[0] == labels[1] == labels[3] and labels[2] == labels[4] != labels[0]
+  exact = tg.cluster_shares(jnp.asarray(keys), jnp.ones((1, 5), bool))[0]
+  semantic = tg.cluster_shares(jnp.asarray(labels)[None, :, None], jnp.ones((1, 5), bool))[0]
+  np.testing.assert_allclose(exact, [0.4, 0.2, 0.2, 0.4, 0.2])
+  np.testing.assert_allclose(semantic, [0.6, 0.6, 0.4, 0.6, 0.4])
+
+
+def test_discarding_removes_a_low_scoring_segment_from_the_draw(random_decoder):
+  prompts, plens = jnp.tile(jnp.array([[1, 5, 6, 9]]), (4, 1)), jnp.full((4,), 4)
+  segments = jnp.array([[4, 5, 3], [6, 7, 3], [8, 9, 3], [10, 11, 3]])
+  chain = jnp.pad(segments, ((0, 0), (0, 7)))
+  lengths = jnp.full((4,), 3)
+  scores = random_decoder.score(prompts, plens, chain, lengths, tg.Thresholds(), GUARD)
+  f_seg = np.asarray(tg._last(scores.segment, scores.num_segments))
+  low = int(np.argmin(f_seg))
+  tau_low = float(np.sort(f_seg)[1])  # only the lowest segment falls below
+  active = jnp.ones(4, bool)
+  args = (scores, jnp.zeros(4), active, active, jnp.zeros(4), 1, 4)
+  kept = tg.kept_candidates(GUARD, tg.Thresholds(tau_low=tau_low), *args)
+  assert kept.tolist() == [i != low for i in range(4)]
+  everything = tg.kept_candidates(GUARD, tg.Thresholds(tau_low=-1.0), *args)
+  assert bool(everything.all())
+  advantage = jnp.zeros((1, 4)).at[0, low].set(5.0)  # even the best advantage cannot save it
+  distinct = jnp.arange(4).reshape(1, 4, 1)
+  assert _picked_first(kept[None], advantage, distinct, 50)[low] == 0.0
+  assert _picked_first(everything[None], advantage, distinct, 50)[low] > 0.5
+
+
+def test_window_refinement_rewrites_only_the_window_and_only_in_the_band(random_decoder):
+  rows = 8
+  prompts, plens = jnp.tile(jnp.array([[1, 5, 6, 9]]), (rows, 1)), jnp.full((rows,), 4)
+  chain = jnp.tile(jnp.array([[4, 5, 6, 7, 8, 9, 3, 0, 0, 0]]), (rows, 1))
+  lengths = jnp.full((rows,), 7)
+  band = tg.Thresholds(tau_low=-10.0, tau_high=10.0)  # every segment is refined
+  accept = tg.Thresholds(tau_low=-10.0, tau_high=-5.0)  # every segment is accepted as it is
+  scores = random_decoder.score(prompts, plens, chain, lengths, band, GUARD)
+  once = GUARD._replace(max_refine=1)  # one draw: one window
+  lowest = int(jnp.argmin(jnp.where(jnp.arange(10) < 7, scores.token[0], jnp.inf)))
+  window = set(range(max(lowest - 1, 0), max(lowest - 1, 0) + 3)) & set(range(6))
+  out = {}
+  for name, thresholds in (("band", band), ("accept", accept)):
+    (new_chain, new_lengths), refined = tg._refine_segments(
+      random_decoder,
+      once,
+      thresholds,
+      prompts,
+      plens,
+      (chain, lengths),
+      scores,
+      jnp.ones(rows, bool),
+      jnp.zeros(rows),
+      jax.random.key(4),
+      np.zeros(rows),
+    )
+    out[name] = np.asarray(new_chain)
+    np.testing.assert_array_equal(new_lengths, lengths)
+  np.testing.assert_array_equal(out["accept"], chain)  # accepted: left alone
+  changed = np.flatnonzero((out["band"] != np.asarray(chain)).any(0))
+  assert changed.size and set(changed.tolist()) <= window  # refined: only the window moved
+
+
 @pytest.mark.parametrize("guard", [GUARD, tg.ROLLOUT_PRUNE, GUARD._replace(use_token=False)])
 def test_token_guard_decode_shapes_and_costs(random_decoder, guard):
   prompts = jnp.array([[1, 5, 6, 0], [1, 7, 8, 9], [1, 4, 0, 0]])
@@ -373,7 +458,7 @@ def tiny_config():
     chain_width=14,
     num_samples=2,
     analysis_samples=1,
-    decoders=("greedy", "token_guard", "token_guard_calibrated"),
+    decoders=("greedy", "token_guard", "token_guard_calibrated", "always_abstain"),
     auroc=True,
   )
   config.loop.update(log_every=2, checkpoint_every=2)
@@ -383,9 +468,16 @@ def tiny_config():
 def test_run_writes_the_headline_keys(tmp_path):
   summary = loop.run(tiny_config(), str(tmp_path))
   results = summary.results
-  for key in ("hallucination_rate", "hallucination_rate_greedy", "em", "em_greedy", "cost_ratio"):
+  for key in ("f1", "false_abstention_rate", "hallucination_rate_greedy", "em", "cost_ratio"):
     assert math.isfinite(results[key]), key
-  assert 0.0 <= results["hallucination_rate"] <= 1.0
+  assert "hallucination_rate" not in results  # abstaining would win it
+  # the trivial policy: no hallucination by the old count, every answerable question abstained
+  assert results["hallucination_rate_always_abstain"] == 0.0
+  assert results["answered_rate_always_abstain"] == 0.0
+  assert math.isnan(results["answered_hallucination_rate_always_abstain"])
+  assert results["false_abstention_rate_always_abstain"] == pytest.approx(
+    1.0 - results["abstention_accuracy_always_abstain"]
+  )
   assert results["cost_ratio"] >= 1.0
   assert results["calibrated_tau_low"] <= results["calibrated_tau_high"]
   assert summary.step_traces == {"train": 1, "decode": 0}

@@ -154,6 +154,7 @@ def _validate_search(config) -> None:
     f"needs rounds of >= 2 proxies, got {rounds}",
   )
   require(config.climb.concentration > 0, "climb.concentration", "must be positive")
+  require(config.climb.floor >= 0, "climb.floor", f"must be >= 0, got {config.climb.floor}")
   require(0 <= config.doremi.smoothing <= 1, "doremi.smoothing", "must be in [0, 1]")
   require(config.retrain.steps >= 0, "retrain.steps", "must be >= 0 (0 = steps)")
 

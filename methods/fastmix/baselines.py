@@ -281,7 +281,7 @@ def climb_candidates(config, key, mixtures, losses, rounds_done: int, count: int
   model = mixture.fit_regressor(config.regmix.regressor, mixtures, losses)
   centre = mixtures[jnp.argmin(losses)]
   concentration = c.concentration * c.concentration_growth ** (rounds_done - 1)
-  draws = mixture.climb_candidates(key, centre, concentration, c.num_candidates)
+  draws = mixture.climb_candidates(key, centre, concentration, c.num_candidates, c.floor)
   return mixture.top_predicted(model, draws, count)
 
 

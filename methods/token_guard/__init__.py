@@ -46,7 +46,7 @@ from methods.base import (
   require_file,
   require_positive_int,
 )
-from methods.token_guard.phases import DECODERS, DTYPES, phases, tokenizer_file
+from methods.token_guard.phases import DECODERS, DTYPES, NO_PROMPT, phases, tokenizer_file
 from methods.token_guard.study import report, study_arms
 
 POSITIVE_FIELDS = (
@@ -156,6 +156,9 @@ def _validate_guard(config) -> None:
   require(0 < g.top_p <= 1 and 0 < g.refine_top_p <= 1, "guard.top_p", "must be in (0, 1]")
   require(g.temperature > 0, "guard.temperature", f"must be > 0, got {g.temperature}")
   require(g.min_steps >= 0, "guard.min_steps", f"must be >= 0, got {g.min_steps}")
+  require_choice(config, "guard.refine", ("window", "suffix"))
+  require_choice(config, "guard.clustering", ("tfidf_kmeans", "exact"))
+  require(g.num_clusters >= 1, "guard.num_clusters", f"must be >= 1, got {g.num_clusters}")
 
 
 def _validate_eval(config) -> None:
@@ -167,6 +170,12 @@ def _validate_eval(config) -> None:
   require(ev.temperature > 0, "eval.temperature", f"must be > 0, got {ev.temperature}")
   require(0 < ev.top_p <= 1, "eval.top_p", f"must be in (0, 1], got {ev.top_p}")
   require(len(config.study.seeds) > 0, "study.seeds", "needs at least one seed")
+  require(
+    bool(config.data.benchmarks) or NO_PROMPT not in ev.decoders,
+    "eval.decoders",
+    f"'{NO_PROMPT}' swaps the benchmarks' self-checking system prompt; the factual world's "
+    "prompts have none (set data.benchmarks)",
+  )
   if config.data.benchmarks:
     unknown = [n for n in config.data.benchmarks if n not in halu_benchmarks.BENCHMARKS]
     require(

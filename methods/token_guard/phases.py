@@ -24,10 +24,15 @@ from core.nn.transformer import Transformer
 from methods.base import ConfigError, Phase, cached_per_config
 
 SCAFFOLD_DECODERS = ("rollout_prune", "token_guard", "token_guard_calibrated", "token_guard_code")
+# Token-Guard with abstention forbidden (tau_abstain = 0), with the code's suffix refinement and
+# with exact-identity clustering: what the scores and the selection do without the fallback
+VARIANT_DECODERS = ("token_guard_no_abstain", "token_guard_suffix", "token_guard_exact")
 ABLATIONS = ("no_token", "no_segment", "no_global")
 CALIBRATED_ABLATIONS = tuple(f"{name}_calibrated" for name in ABLATIONS)
-DECODERS = ("greedy", "sampling", "self_consistency") + SCAFFOLD_DECODERS + ABLATIONS
-DECODERS += CALIBRATED_ABLATIONS
+TRIVIAL = ("always_abstain",)  # the trivial policy: "No answer" to every question
+NO_PROMPT = "no_prompt"  # Token-Guard without stage 0's self-checking prompt (benchmarks only)
+DECODERS = ("greedy", "sampling", "self_consistency") + SCAFFOLD_DECODERS + VARIANT_DECODERS
+DECODERS += ABLATIONS + CALIBRATED_ABLATIONS + TRIVIAL + (NO_PROMPT,)
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
 
@@ -197,11 +202,18 @@ def guard_of(config, name: str) -> tg.Guard:
     top_p=g.top_p,
     top_k=g.top_k,
     refine_top_p=g.refine_top_p,
+    refine=g.refine,
+    clustering=g.clustering,
+    num_clusters=g.num_clusters,
   )
   if name == "rollout_prune":
     settings.update(use_token=False, use_segment=False, use_global=False)
   elif name == "token_guard_code":  # the latest official code's fusion and consistency
     settings.update(fusion="softmin", consistency="cosine")
+  elif name == "token_guard_suffix":  # the code's refinement: cut at the window, resample on
+    settings.update(refine="suffix")
+  elif name == "token_guard_exact":
+    settings.update(clustering="exact")
   elif name in ABLATIONS:
     settings[f"use_{name.removeprefix('no_')}"] = False
   return tg.Guard(**settings)
@@ -245,7 +257,9 @@ def run_one(config, decoder, name, prompts, lengths, rng, thresholds) -> tg.Deco
     return tg.self_consistency_decode(
       decoder, prompts, lengths, rng, sampling_of(config), config.eval.num_samples
     )
-  if name == "token_guard_code":
+  if name == "always_abstain":
+    return tg.abstain_decode(decoder, prompts)
+  if name in ("token_guard_code", "token_guard_no_abstain"):
     thresholds = thresholds._replace(tau_abstain=0.0)  # the code abstains only without a chain
   return tg.token_guard_decode(
     decoder, prompts, lengths, rng, guard_of(config, name), thresholds, config.guard.min_steps
@@ -324,6 +338,7 @@ def metrics_of(examples, labels, decoded: tg.Decoded, seconds: float) -> dict[st
   unanswerable = np.array([e.unanswerable for e in examples])
   hallucinated = np.array([v in factual_world.HALLUCINATION_TYPES for v in verdicts])
   counterfactual = np.array([e.counterfactual for e in examples])
+  answered = ~abstained
   out = {
     "em": np.mean(
       [
@@ -338,6 +353,9 @@ def metrics_of(examples, labels, decoded: tg.Decoded, seconds: float) -> dict[st
       ]
     ),
     "hallucination_rate": hallucinated.mean(),
+    # abstaining cannot lower this one: hallucinations among the questions the decoder answered
+    "answered_hallucination_rate": hallucinated[answered].mean() if answered.any() else np.nan,
+    "answered_rate": answered.mean(),
     "counterfactual_hallucination_rate": hallucinated[counterfactual].mean()
     if counterfactual.any()
     else 0.0,
@@ -452,8 +470,17 @@ def token_auroc(config, decoder, rng) -> dict[str, float]:
   object tokens of hallucinated steps and answers in sampled test answers; F_seg for segments."""
   samples = scored_samples(config, decoder, split_of(config, "test"), rng, paper_thresholds(config))
   labels = samples["token_label"]
-  correct = (samples["answer_verdict"] == "correct").reshape(-1, config.eval.analysis_samples)
+  verdicts = samples["answer_verdict"]
+  correct = (verdicts == "correct").reshape(-1, config.eval.analysis_samples)
+  judged = np.isin(verdicts, ("correct",) + factual_world.HALLUCINATION_TYPES)
+  chain_global = samples["chain_global"].reshape(correct.shape)
+  picked = np.take_along_axis(correct, np.argmax(chain_global, 1)[:, None], 1)
   return {
+    "auroc_chain_global": auroc(
+      np.isin(verdicts[judged], factual_world.HALLUCINATION_TYPES), -samples["chain_global"][judged]
+    ),
+    # what a selection by F_global alone would reach among the same draws
+    "samples_best_global_correct_rate": float(np.mean(picked)) if correct.size else float("nan"),
     "auroc_token_score": auroc(labels, -samples["token_token"]),
     "auroc_probability": auroc(labels, -samples["token_prob"]),
     "auroc_cosine": auroc(labels, -samples["token_cosine"]),
@@ -471,15 +498,22 @@ def token_auroc(config, decoder, rng) -> dict[str, float]:
 # ---------------------------------------------------------------------------------------------------
 
 
-def benchmark_prompts(config, name: str):
+# Stage 0's "w/o prompt" ablation (Sec. 3.1, Table 4): no self-checking instructions (rely on the
+# passage, do not make up information, the dataset's answer format), only the answer line the
+# extraction reads
+PLAIN_SYSTEM = "Answer the question.\nAt the end, output: Answer:[your answer here]."
+
+
+def benchmark_prompts(config, name: str, self_check: bool = True):
   """The first `data.num_test` records of benchmark `name` and their prompt ids: the official
-  prompt (`halu_benchmarks.chat_prompt`), its passage cut so that the prompt fits `data.prompt_len`.
+  prompt (`halu_benchmarks.chat_prompt`; stage 0's self-checking system prompt, or `PLAIN_SYSTEM`
+  without `self_check`), its passage cut so that the prompt fits `data.prompt_len`.
   Returns `(records, ids [N, prompt_len], lengths [N], truncated [N] bool)`."""
   tokenizer = tokenizer_of(config)
   path = halu_benchmarks.benchmark_path(config.data.data_dir, name)
   family = halu_benchmarks.BENCHMARKS[name][1]
   records = halu_benchmarks.read_benchmark(path)[: config.data.num_test]
-  system = halu_benchmarks.system_prompt(family)
+  system = halu_benchmarks.system_prompt(family) if self_check else PLAIN_SYSTEM
   texts, truncated = [], []
   for record in records:
     text = halu_benchmarks.chat_prompt(system, halu_benchmarks.user_message(record, family))
@@ -520,9 +554,12 @@ def evaluate_benchmarks(config, params, rng) -> dict:
   thresholds = paper_thresholds(config)
   results, per_decoder = {}, collections.defaultdict(list)
   for b, name in enumerate(config.data.benchmarks):
-    records, ids, lengths, truncated = benchmark_prompts(config, name)
+    prompts = {True: benchmark_prompts(config, name)}
+    if NO_PROMPT in config.eval.decoders:
+      prompts[False] = benchmark_prompts(config, name, self_check=False)
     for index, decoder_name in enumerate(config.eval.decoders):
       key = jax.random.fold_in(jax.random.fold_in(rng, b), index)
+      records, ids, lengths, truncated = prompts[decoder_name != NO_PROMPT]
       decoded, seconds = run_encoded(config, decoder, decoder_name, ids, lengths, key, thresholds)
       answers, found = benchmark_answers(config, decoded)
       metrics = halu_benchmarks.mean_metrics(answers, [r.answer for r in records])
@@ -540,6 +577,12 @@ def evaluate_benchmarks(config, params, rng) -> dict:
     for key in rows[0]:
       results[f"{key}_{decoder_name}"] = float(np.mean([row[key] for row in rows]))
   return _headline(config, results, ("em", "f1"))
+
+
+# Headline keys a decoder cannot win by abstaining: hallucination among answered questions, F1 and
+# the false abstention rate side by side (the always-abstain policy scores F1 = the unanswerable
+# share, false abstention = the answerable share and no answered questions)
+HEADLINE = ("answered_hallucination_rate", "f1", "false_abstention_rate", "em")
 
 
 def _headline(config, results, keys) -> dict:
@@ -580,7 +623,7 @@ def evaluate(config, params, rng) -> dict:
     results.update({f"{key}_{name}": value for key, value in metrics.items()})
   if config.eval.auroc:
     results.update(token_auroc(config, decoder, jax.random.fold_in(rng, 11)))
-  return _headline(config, results, ("hallucination_rate", "em", "f1", "step_hallucination_rate"))
+  return _headline(config, results, HEADLINE)
 
 
 def phases(config: ml_collections.ConfigDict) -> list[Phase]:
