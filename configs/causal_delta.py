@@ -81,7 +81,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.loss.ce = 1.0
   config.loss.supcon = 2.0  # alpha_c (paper: 2.0); 0 for the baselines
   config.loss.sparsity = 1.0  # alpha_s (paper: 1.0); 0 for the baselines
-  config.loss.sparsity_reduction = "mean"  # L1 per coordinate ("sum": (1/B) sum_i ||delta_i||_1)
+  # how L_sparse makes the delta sparse (core/causal_delta.py SPARSITY_KINDS): "l1_mean" (L1 per
+  # coordinate) | "l1_sum" ((1/B) sum_i ||delta_i||_1, as written) | "l1_schedule" (the sum, off for
+  # the first ramp_fraction of steps, then ramped to full weight) | "l1_normalised" (L1 of the
+  # unit-norm delta) | "topk" (a top-k projector on the delta, plus the per-coordinate L1)
+  config.loss.sparsity_kind = "l1_mean"
+  config.loss.sparsity_top_k = 8  # "topk": delta coordinates the projector keeps (of embed_dim)
   config.loss.temperature = 0.1  # SupCon tau
   config.loss.adversary = 0.1  # icm: lambda of the object adversary
   config.loss.sms = 1.0  # sms: weight of the block-invariance MSE (Causal Triplet's --sparse)

@@ -141,7 +141,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.pipeline.clips_per_call = 0  # clips through the networks at once (0: every clip)
 
   config.evaluation = ml_collections.ConfigDict()
-  config.evaluation.num_clips = 6  # clips along the paper's six trajectories, prompts cycled
+  # clips along the paper's six trajectories, prompts assigned round-robin
+  # (core/data/lambertian.py paper_assignment): >= 6 covers every trajectory and every prompt
+  config.evaluation.num_clips = 6
   config.evaluation.arms = (
     "source",
     "per_frame",
@@ -181,6 +183,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.paper.relight_suffix = ", best quality"
   config.paper.negative_prompt = ""
 
+  config.study = ml_collections.ConfigDict()
+  # one full run (training and evaluation) per seed; the study reports intervals over them
+  config.study.seeds = (0, 1, 2)
+
   config.loop = common.loop_config(log_every=100, checkpoint_every=500)
   common.add_parallelism(config)
 
@@ -214,4 +220,5 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # one 16-frame 512 px clip at a time: full-softmax attention over 64x64 latents holds
     # 16 x 8 x 4096^2 float32 logits (8.6 GB) per call
     config.pipeline.clips_per_call = 1
+    config.study.seeds = (0,)  # released networks: a seed changes only the clips and the noise
   return config

@@ -49,7 +49,17 @@ positive are skipped and the loss is averaged over the remaining anchors (the su
 formula, normalised); the projector is Dense(128) -> GELU -> Dense(64); the classifier on the delta
 is Dense(128) -> GELU -> Dense(A) by default (`classifier_hidden = 0`: linear; a linear map of a
 difference cannot detect an action without a direction, such as a hue change, whose deltas average
-to zero); `l1_sparsity(reduction="mean")` divides the paper's L1 by the delta's dimension.
+to zero).
+
+Sparsity (`SPARSITY_KINDS`, `sparsity_penalty`): the L1 as written, `(1/B) sum_i ||delta_i||_1` with
+alpha_s = 1 (`l1_sum`), collapses a from-scratch encoder's accuracy, and the per-coordinate mean
+(`l1_mean`, alpha_s / l) is l times weaker; neither makes the delta sparse *relative to its own
+scale* (the probe `sparsity_fraction`), because shrinking every coordinate lowers either. The other
+choices: `l1_schedule` (the summed L1, switched on only once the CE has shaped the delta and ramped to
+full weight at the end of training, `methods/causal_delta/phases.py`), `l1_normalised` (the L1 of the
+unit-norm delta, `||delta||_1 / (sqrt(l) ||delta||_2)` in `[1/sqrt(l), 1]`, which only concentrating
+the delta on few coordinates lowers) and `topk` (a top-k projector: the delta keeps its k largest
+coordinates in magnitude, `top_k_coordinates`, plus the per-coordinate L1 on what is kept).
 """
 
 from __future__ import annotations
@@ -63,6 +73,7 @@ import numpy as np
 import optax
 
 KINDS = ("cde_global", "cde_patch", "vanilla")
+SPARSITY_KINDS = ("l1_mean", "l1_sum", "l1_schedule", "l1_normalised", "topk")
 PATCH_LOSSES = ("aggregate", "per_patch")
 _EPS = 1e-8
 
@@ -75,6 +86,15 @@ _EPS = 1e-8
 def delta_embedding(before: jax.Array, after: jax.Array) -> jax.Array:
   """`delta = p(x~) - p(x)` (Sec. 3): zero exactly when the two projections are equal."""
   return after - before
+
+
+def top_k_coordinates(delta: jax.Array, k: int) -> jax.Array:
+  """The top-k projector: `delta` `[..., l]` with all but its `k` largest coordinates in magnitude set
+  to 0 (`k >= l` keeps everything). Odd in `delta`, so swapping a pair still negates the result."""
+  if k >= delta.shape[-1]:
+    return delta
+  threshold = jax.lax.top_k(jnp.abs(delta), k)[0][..., -1:]
+  return jnp.where(jnp.abs(delta) >= threshold, delta, 0.0)
 
 
 def encoder_features(features) -> tuple[jax.Array, jax.Array | None]:
@@ -132,6 +152,7 @@ class DeltaPairModel(nn.Module):
   top_k: int = 4
   classifier_hidden: int = 128
   per_patch: bool = False
+  delta_top_k: int = 0  # > 0: the top-k projector on the delta(s) the classifier sees
 
   @nn.compact
   def __call__(self, before: jax.Array, after: jax.Array) -> PairOutput:
@@ -150,7 +171,11 @@ class DeltaPairModel(nn.Module):
       projected = Projector(self.hidden, self.embed_dim, name="projector")(cells)
       p1, p2 = jnp.split(projected, 2)
       selected, index = top_k_patches(delta_embedding(p1, p2), self.top_k)
-      embedding = selected.mean(axis=1)
+      if self.per_patch:  # the projector on what each classifier call sees
+        selected = self._sparse(selected)
+        embedding = selected.mean(axis=1)
+      else:
+        embedding = self._sparse(selected.mean(axis=1))
       patch_logits = classifier(selected)
       return PairOutput(
         patch_logits.mean(axis=1) if self.per_patch else classifier(embedding),
@@ -162,8 +187,11 @@ class DeltaPairModel(nn.Module):
         patch_index=index,
       )
     p1, p2 = jnp.split(Projector(self.hidden, self.embed_dim, name="projector")(pooled), 2)
-    embedding = delta_embedding(p1, p2)
+    embedding = self._sparse(delta_embedding(p1, p2))
     return PairOutput(classifier(embedding), embedding, p1, p2)
+
+  def _sparse(self, delta: jax.Array) -> jax.Array:
+    return top_k_coordinates(delta, self.delta_top_k) if self.delta_top_k > 0 else delta
 
   def _respair(self, pooled: jax.Array) -> PairOutput:
     """ResPair ("subcon"): `p = ReLU(W h)`, `z = MLP([p1, p2 - p1])`, a linear classifier on z."""
@@ -209,13 +237,19 @@ def supcon_loss(embeddings: jax.Array, labels: jax.Array, temperature: float = 0
   return jnp.sum(jnp.where(has_positive, per_anchor, 0.0)) / jnp.maximum(has_positive.sum(), 1)
 
 
-def l1_sparsity(deltas: jax.Array, reduction: str = "sum") -> jax.Array:
-  """`L_sparse = (1/B) sum_i ||delta_i||_1` over the leading axis (`reduction="sum"`, as written);
-  `"mean"` also averages over the `l` coordinates (the same loss with `alpha_s / l`)."""
-  per_item = jnp.sum(jnp.abs(deltas), axis=-1)
-  if reduction == "mean":
-    per_item = per_item / deltas.shape[-1]
-  return jnp.mean(per_item)
+def sparsity_penalty(deltas: jax.Array, kind: str = "l1_sum") -> jax.Array:
+  """`L_sparse` of one of `SPARSITY_KINDS` over the leading axis: `(1/B) sum_i ||delta_i||_1` as written
+  (`l1_sum`, `l1_schedule`); the same over `l` (`l1_mean`, `topk`); `(1/B) sum_i ||delta_i||_1 /
+  (sqrt(l) ||delta_i||_2)` (`l1_normalised`, 0 for a zero delta)."""
+  if kind not in SPARSITY_KINDS:
+    raise ValueError(f"sparsity kind must be one of {SPARSITY_KINDS}, got {kind!r}")
+  l1 = jnp.sum(jnp.abs(deltas), axis=-1)
+  if kind in ("l1_mean", "topk"):
+    return jnp.mean(l1 / deltas.shape[-1])
+  if kind == "l1_normalised":
+    norm = jnp.sqrt(jnp.sum(deltas * deltas, axis=-1) + _EPS**2)
+    return jnp.mean(l1 / (np.sqrt(deltas.shape[-1]) * norm))
+  return jnp.mean(l1)
 
 
 def action_blocks(num_actions: int, antonym: dict[int, int]) -> np.ndarray:
@@ -256,13 +290,13 @@ def cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
 
 class LossWeights(NamedTuple):
   """`L = ce * L_CE + supcon * L_SupCon + sparsity * L_sparse` (paper: 1, 2, 1; tau 0.1);
-  `sparsity_reduction` as in `l1_sparsity`."""
+  `sparsity_kind` as in `sparsity_penalty`."""
 
   ce: float = 1.0
   supcon: float = 2.0
   sparsity: float = 1.0
   temperature: float = 0.1
-  sparsity_reduction: str = "sum"
+  sparsity_kind: str = "l1_sum"
 
 
 def is_zero_weight(weight) -> bool:
@@ -288,7 +322,7 @@ def cde_loss(
     else supcon_loss(deltas, labels, weights.temperature),
     "sparsity": jnp.zeros(())
     if is_zero_weight(weights.sparsity)
-    else l1_sparsity(deltas, weights.sparsity_reduction),
+    else sparsity_penalty(deltas, weights.sparsity_kind),
   }
   total = (
     weights.ce * parts["ce"]

@@ -173,8 +173,17 @@ def test_supcon_matches_a_double_loop_and_ignores_order():
 
 def test_l1_and_the_combined_loss_at_known_inputs():
   deltas = jnp.array([[1.0, -2.0, 0.0, 1.0], [0.0, 0.0, 0.0, -4.0]])
-  assert float(cde.l1_sparsity(deltas)) == 4.0
-  assert float(cde.l1_sparsity(deltas, "mean")) == 1.0
+  assert float(cde.sparsity_penalty(deltas)) == 4.0
+  assert float(cde.sparsity_penalty(deltas, "l1_mean")) == 1.0
+  assert (
+    float(cde.sparsity_penalty(deltas, "l1_schedule")) == 4.0
+  )  # the sum; its weight is scheduled
+  # L1 of the unit delta: (4 / sqrt(6) + 4 / 4) / (2 sqrt(4)); scale-free
+  expected = (4 / math.sqrt(6) + 1.0) / 4
+  assert float(cde.sparsity_penalty(deltas, "l1_normalised")) == pytest.approx(expected, rel=1e-6)
+  assert float(cde.sparsity_penalty(10 * deltas, "l1_normalised")) == pytest.approx(expected)
+  with pytest.raises(ValueError, match="sparsity kind"):
+    cde.sparsity_penalty(deltas, "l0")
   logits = jnp.zeros((2, 8))
   out = cde.PairOutput(logits, deltas, deltas, deltas)
   labels = jnp.array([3, 3])
@@ -194,11 +203,56 @@ def test_an_intervention_that_changes_nothing_gives_a_zero_delta(kind):
   out = model.apply(params, images, images)
   assert out.embedding.shape == (3, 64) and out.logits.shape == (3, 8)
   np.testing.assert_array_equal(out.embedding, 0.0)
-  assert float(cde.l1_sparsity(out.embedding)) == 0.0
+  assert float(cde.sparsity_penalty(out.embedding)) == 0.0
   other = model.apply(params, images, images[::-1])
   assert float(jnp.abs(other.embedding).sum()) > 0
   if kind == "cde_patch":
     assert out.patch_embedding.shape == (3, 4, 64) and out.patch_index.shape == (3, 4)
+
+
+def test_top_k_coordinates_keeps_the_largest_magnitudes():
+  delta = jnp.array([[0.5, -3.0, 0.1, 2.0, -0.2], [1.0, 0.0, 0.0, 0.0, 0.0]])
+  kept = cde.top_k_coordinates(delta, 2)
+  np.testing.assert_array_equal(kept[0], [0.0, -3.0, 0.0, 2.0, 0.0])
+  np.testing.assert_array_equal(kept[1], delta[1])  # one non-zero, the zeros stay zero
+  np.testing.assert_array_equal(cde.top_k_coordinates(-delta, 2), -kept)
+  np.testing.assert_array_equal(cde.top_k_coordinates(delta, 5), delta)
+
+
+@pytest.mark.parametrize(
+  "kind, top_k", [("cde_global", 0), ("cde_global", 8), ("cde_patch", 0), ("cde_patch", 8)]
+)
+def test_cde_logits_depend_only_on_the_delta(kind, top_k):
+  """Identical images give the logits of a zero delta whatever the scene; swapping the pair negates
+  the embedding. A model that also saw p(x) (as ResPair does) fails both."""
+  model = cde.DeltaPairModel(ConvEncoder(), kind=kind, num_actions=8, delta_top_k=top_k)
+  scenes = jax.random.uniform(jax.random.key(0), (4, 32, 32, 3))
+  after = jnp.clip(scenes + 0.3 * jax.random.uniform(jax.random.key(2), scenes.shape), 0, 1)
+  params = model.init(jax.random.key(1), scenes, after)
+  same = model.apply(params, scenes, scenes)
+  np.testing.assert_allclose(same.logits, jnp.broadcast_to(same.logits[0], same.logits.shape))
+  forward, backward = model.apply(params, scenes, after), model.apply(params, after, scenes)
+  np.testing.assert_allclose(backward.embedding, -forward.embedding, atol=1e-6)
+  assert float(jnp.abs(forward.embedding).sum()) > 0
+  if top_k:
+    np.testing.assert_array_less((jnp.abs(forward.embedding) > 0).sum(-1), top_k + 1)
+  vanilla = cde.DeltaPairModel(ConvEncoder(), kind="vanilla", num_actions=8)
+  v_params = vanilla.init(jax.random.key(1), scenes, after)
+  v_same = vanilla.apply(v_params, scenes, scenes)
+  assert float(jnp.abs(v_same.logits - v_same.logits[0]).max()) > 1e-4
+
+
+def test_the_l1_schedule_starts_after_the_ramp_and_ends_at_full_weight():
+  config = cde_config.get_config()
+  config.loss.sparsity_kind = "l1_schedule"
+  weight = lambda step: float(phases_lib.loss_weights(config, step).sparsity)
+  start = config.loss.ramp_fraction * config.steps
+  assert weight(0) == weight(start) == 0.0
+  assert 0.0 < weight((start + config.steps) / 2) < 1.0
+  assert weight(config.steps) == pytest.approx(config.loss.sparsity)
+  # the default L1 ramps with SupCon over the first ramp_fraction
+  config.loss.sparsity_kind = "l1_mean"
+  assert weight(start / 2) == pytest.approx(0.5) and weight(start) == 1.0
 
 
 def test_sms_blocks_follow_causal_triplet():
@@ -478,6 +532,11 @@ def test_a_checkpoint_that_does_not_fit_names_the_field_and_the_key(tmp_path):
       "config.loss.sms: must be > 0",
     ),
     (dict(data__objects="letters"), "config.data.objects: must be one of"),
+    (dict(loss__sparsity_kind="l0"), "config.loss.sparsity_kind: must be one of"),
+    (
+      dict(loss__sparsity_kind="topk", loss__sparsity_top_k=65),
+      "config.loss.sparsity_top_k: exceeds the delta's model.embed_dim=64",
+    ),
     (
       dict(data__objects="shapes_digits", data__num_syst_objects=18),
       "config.data.num_syst_objects: must be below the 18 classes",

@@ -38,7 +38,23 @@ def test_clips_are_seeded_shaped_and_in_range():
     assert a[key].dtype == np.float32 and a[key].min() >= 0 and a[key].max() <= 1, key
   # clip i follows trajectory i % 6 and the light map peaks at the path
   np.testing.assert_allclose(a["light_path"][2], lambertian.trajectory("top_to_bottom", 4, 16))
-  assert np.all(a["prompt"][:6] == 0) and a["prompt"][6] == 1
+  np.testing.assert_array_equal(a["prompt"], [0, 1, 2, 0, 1, 2, 1])
+
+
+@pytest.mark.parametrize("n", [6, 7, 12, 18])
+def test_every_evaluation_set_covers_every_trajectory_and_prompt(n):
+  assignment = lambertian.paper_assignment(n)
+  assert {t for t, _ in assignment} == set(lambertian.TRAJECTORIES)
+  assert {p for _, p in assignment} == set(range(len(lambertian.PROMPTS)))
+  if n % len(lambertian.TRAJECTORIES) == 0:  # whole blocks: every prompt equally often
+    counts = np.bincount([p for _, p in assignment], minlength=len(lambertian.PROMPTS))
+    assert len(set(counts)) == 1
+  if n >= 18:  # every (trajectory, prompt) pair
+    assert len(set(assignment[:18])) == 18
+  config = tiny_config()
+  config.evaluation.num_clips = lambertian.MIN_PAPER_CLIPS - 1
+  with pytest.raises(loop.ConfigError, match="config.evaluation.num_clips:.*cannot cover"):
+    lightctrl.validate(config)
 
 
 def test_paper_trajectories_end_points():
@@ -172,6 +188,72 @@ def test_gar_limits(axes):
   np.testing.assert_allclose(jnp.mean(mixed, axis=picked), jnp.mean(z_n, axis=picked), atol=1e-4)
 
 
+def test_gar_takes_the_low_band_from_the_normals_and_keeps_the_sources_texture():
+  """Direction of GAR (Sec. 3.4): the source's shading (low band) is replaced by the normal latent's,
+  the source's texture (high band) survives, and a lower cutoff lambda hands the low band back to the
+  source. A swapped mix (low band from the source) fails every assertion."""
+  yy, xx = np.mgrid[:8, :8]
+  texture = 0.5 * np.where((xx + yy) % 2 == 0, 1.0, -1.0)  # the Nyquist checker
+  shading_src = np.cos(2 * np.pi * xx / 8)  # the source light's broad shading, one cycle
+  shading_normal = np.cos(2 * np.pi * yy / 8)  # the geometry's, along the other axis
+  latent = lambda img, dc: jnp.asarray(np.broadcast_to((img + dc)[..., None], (1, 1, 8, 8, 4)))
+  z_rgb = latent(shading_src + texture, 0.3)
+  z_normal = latent(shading_normal, -0.5)
+  project = lambda z, basis: float(jnp.sum(z[0, 0, ..., 0] * basis) / np.sum(basis * basis))
+  mixed = relighting.geometry_aware_latent(z_normal, z_rgb, 1.0, "hw")
+  assert float(jnp.mean(mixed)) == pytest.approx(-0.5, abs=1e-4)  # DC: H(0) = 1
+  assert project(mixed, shading_normal) > 0.9  # the geometry's low band
+  assert abs(project(mixed, shading_src)) < 0.1  # the source's shading is gone
+  assert project(mixed, texture) > 0.9  # its texture is kept
+  lower = relighting.geometry_aware_latent(z_normal, z_rgb, 0.1, "hw")
+  assert project(lower, shading_src) > 0.9 > project(mixed, shading_src) + 0.5
+  assert project(lower, shading_normal) < 0.1
+
+
+def _lmi_contrast(light_x: float, mask_kind: str, detail: bool) -> float:
+  """The lit-region contrast (mean inside the light map's LMI mask minus outside) after the fusion
+  loop on a small case: identity autoencoder, a video prior that trusts its input (eps = 0), a
+  relighter that adds light at the light map, a dark scene (-1) whose source light sits at the top
+  while the target light is at `(light_x, 8)`; the latent prior's mean (0) is brighter than the
+  unlit scene, as SD's latent mean is. Mean over 8 noise seeds."""
+  size, frames = 12, 2
+  yy, xx = np.mgrid[:size, :size]
+  source = -1.0 + 2.0 * np.exp(-((xx - 6) ** 2 + (yy - 1) ** 2) / 8.0)
+  source = jnp.asarray(np.broadcast_to(source[None, None, ..., None], (1, frames, size, size, 1)))
+  path = jnp.asarray(np.tile([[light_x, 8.0]], (1, frames, 1)), jnp.float32)
+  light = jnp.asarray(lambertian.light_maps(np.asarray(path), size, 2.0))[..., None]
+  mask = relighting.lmi_masks(path, size, 2.0, 0.2)
+  inject = {"none": 0.0 * mask, "mask": mask, "complement": 1.0 - mask}[mask_kind]
+  fns = relighting.PipelineFns(
+    encode=lambda x: x,
+    decode=lambda x: x,
+    video_eps=lambda x, t: jnp.zeros_like(x),
+    relight=lambda images, lam, key: images + 2.0 * light,
+  )
+  schedule = relighting.euler_schedule(relighting.scaled_linear_alpha_bars(), 4, 0.5)
+
+  def one(key):
+    noise_key, inject_key, loop_key = jax.random.split(key, 3)
+    z = relighting.noise_to(source, schedule.sigmas[0], jax.random.normal(noise_key, source.shape))
+    z = relighting.inject_light_map(z, inject, jax.random.normal(inject_key, z.shape), 0.8)
+    return relighting.lightctrl_sample(fns, schedule, z, source, loop_key, 0.15, detail)
+
+  out = jax.vmap(one)(jax.random.split(jax.random.key(0), 8))[..., 0]
+  inside = jnp.mean(out * mask) / jnp.mean(mask)
+  return float(inside - jnp.mean(out * (1 - mask)) / jnp.mean(1 - mask))
+
+
+@pytest.mark.parametrize("light_x", [9.0, 2.5])
+def test_lmi_moves_the_lit_region_towards_the_light_map(light_x):
+  """Without the detail residual, LMI at the light map raises the lit region's contrast there and LMI
+  at the mask's complement lowers it; the official detail residual `V_s - D(x0_hat)` of step 0
+  restores the source inside the mask and reverses LMI's effect (docs/results.md, lightctrl)."""
+  without = _lmi_contrast(light_x, "none", detail=False)
+  assert _lmi_contrast(light_x, "mask", detail=False) > without + 0.4
+  assert _lmi_contrast(light_x, "complement", detail=False) < without - 0.2
+  assert _lmi_contrast(light_x, "mask", detail=True) < _lmi_contrast(light_x, "none", detail=True)
+
+
 # ---------------------------------------------------------------------------------------------------
 # Schedules, the ancestral step, the fusion loop
 # ---------------------------------------------------------------------------------------------------
@@ -258,7 +340,7 @@ def tiny_config():
   config.relighter.update(steps=2, batch_size=4, width=8)
   config.video_prior.update(steps=2, batch_size=4, hidden=16, depth=1, heads=2, mlp_ratio=2)
   config.pipeline.update(num_steps=2, relight_steps=1)
-  config.evaluation.update(num_clips=2, arms=("per_frame", "per_frame_sdedit_0.2", "lightctrl"))
+  config.evaluation.update(num_clips=6, arms=("per_frame", "per_frame_sdedit_0.2", "lightctrl"))
   config.loop.update(log_every=1, checkpoint_every=2)
   return config
 
@@ -485,7 +567,7 @@ def tiny_paper_config(files):
   config = lightctrl_config.get_config("paper")
   config.data.update(frames=2, size=16, max_objects=1, light_radius=3.0, light_height=8.0)
   config.pipeline.update(num_steps=2, relight_steps=2)
-  config.evaluation.update(num_clips=2, arms=("per_frame", "per_frame_sdedit_0.2", "lightctrl"))
+  config.evaluation.update(num_clips=6, arms=("per_frame", "per_frame_sdedit_0.2", "lightctrl"))
   config.paper.update(files)
   return config
 

@@ -26,6 +26,8 @@ official grey maps divided by 255. The normal video is `(n + 1) / 2` as RGB (the
 StableNormal; `normal_noise` mimics an estimator's error).
 
 Everything is a pure function of its seed: `clip_batch(seed, index, n)` is batch `index` of stream `seed`.
+Evaluation sets (`paths="paper"`) assign (trajectory, prompt) pairs round-robin (`paper_assignment`): any
+`len(TRAJECTORIES)` consecutive clips cover every trajectory and every prompt, and 18 cover every pair.
 """
 
 from __future__ import annotations
@@ -243,6 +245,20 @@ def render_clip(
   }
 
 
+def paper_assignment(n: int) -> list[tuple[str, int]]:
+  """(trajectory, prompt index) of evaluation clip `i < n`: trajectory `i % T`, prompt `(i + i // T) % P`
+  (T = 6 trajectories, P = 3 prompts). Each block of T clips covers every trajectory and, as P divides T,
+  every prompt equally often; the shift by `i // T` gives the next block's trajectories other prompts, so
+  the first `T * P` clips hold every (trajectory, prompt) pair once."""
+  t, p = len(TRAJECTORIES), len(PROMPTS)
+  return [(TRAJECTORIES[i % t], (i + i // t) % p) for i in range(n)]
+
+
+MIN_PAPER_CLIPS = max(
+  len(TRAJECTORIES), len(PROMPTS)
+)  # clips that cover every trajectory and prompt
+
+
 def clip_batch(
   seed: int,
   index: int,
@@ -257,15 +273,17 @@ def clip_batch(
 ) -> dict[str, np.ndarray]:
   """`n` clips stacked on a leading axis; batch `index` of stream `seed`.
 
-  `paths="paper"`: clip i follows `TRAJECTORIES[i % 6]` with prompt `(i // 6) % 3` (evaluation sets);
+  `paths="paper"`: clip i follows `paper_assignment(n)[i]` (evaluation sets; `n >= MIN_PAPER_CLIPS`
+  covers every trajectory and prompt);
   `"random"`: random smooth paths and uniform prompts (training the video prior);
   `"point"`: one frame per clip lit from a uniform position (training the image relighter).
   """
   rng = np.random.default_rng([seed, index])
+  assignment = paper_assignment(n) if paths == "paper" else None
   clips = []
   for i in range(n):
     if paths == "paper":
-      path, prompt = TRAJECTORIES[i % len(TRAJECTORIES)], (i // len(TRAJECTORIES)) % len(PROMPTS)
+      path, prompt = assignment[i]
     elif paths == "random":
       path, prompt = "random", int(rng.integers(len(PROMPTS)))
     elif paths == "point":

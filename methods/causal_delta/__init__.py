@@ -44,8 +44,9 @@ taken from the action labels as there (antonyms share one; here they coincide wi
 families), weight `loss.sms = 1` (the top of Causal Triplet's 0.001-1 sweep); Adam at 3e-3 with
 clipping for every model (at 3e-4 or 1e-3 none fits in 5 CPU epochs); SupCon and L1 ramp up over the
 first half of training (`loss.ramp_fraction`: at full weight from step 0 they drown the CE of an
-untrained encoder) and L1 is averaged over the delta's coordinates (`loss.sparsity_reduction`: the
-sum collapses the delta); the rest is listed in `core/causal_delta.py` and
+untrained encoder) and L1 is averaged over the delta's coordinates by default (`loss.sparsity_kind`:
+the sum collapses the delta; the other choices, a schedule, the L1 of the unit-norm delta and a
+top-k projector, are in `core/causal_delta.py`); the rest is listed in `core/causal_delta.py` and
 `core/data/shape_triplets.py`.
 """
 
@@ -53,6 +54,7 @@ from __future__ import annotations
 
 import ml_collections
 
+from core import causal_delta as cde
 from core.data import shape_triplets as triplets
 from methods.base import Method, require, require_choice, require_file, require_positive_int
 from methods.causal_delta import phases as phases_lib
@@ -166,6 +168,15 @@ def validate(config: ml_collections.ConfigDict) -> None:
       "--config.loss.sparsity=0",
     )
   require(config.loss.temperature > 0, "loss.temperature", "must be positive")
+  require_choice(config, "loss.sparsity_kind", cde.SPARSITY_KINDS)
+  if config.loss.sparsity_kind == "topk":
+    require_positive_int(config, "loss.sparsity_top_k")
+    require(
+      config.loss.sparsity_top_k <= m.embed_dim,
+      "loss.sparsity_top_k",
+      f"exceeds the delta's model.embed_dim={m.embed_dim}",
+    )
+    require(m.kind in ("cde_global", "cde_patch"), "loss.sparsity_kind", "topk needs a CDE model")
   for field in ("ce", "supcon", "sparsity", "adversary", "sms"):
     require(config.loss[field] >= 0, f"loss.{field}", "must be >= 0")
   if m.kind == "sms":

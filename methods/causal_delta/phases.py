@@ -155,6 +155,7 @@ def model_of(config: ml_collections.ConfigDict) -> cde.DeltaPairModel:
     top_k=m.top_k,
     classifier_hidden=m.classifier_hidden,
     per_patch=m.kind == "cde_patch" and m.patch_loss == "per_patch",
+    delta_top_k=config.loss.sparsity_top_k if config.loss.sparsity_kind == "topk" else 0,
   )
 
 
@@ -164,13 +165,18 @@ def adversary_of(config: ml_collections.ConfigDict) -> cde.Adversary:
 
 def loss_weights(config: ml_collections.ConfigDict, step=None) -> cde.LossWeights:
   """The loss weights at `step`: SupCon and L1 ramp up linearly over the first `loss.ramp_fraction`
-  of training (0: full weight from the start), so that they act on deltas the CE has shaped."""
+  of training (0: full weight from the start), so that they act on deltas the CE has shaped; with
+  `loss.sparsity_kind = "l1_schedule"` the L1 is off for that share and then ramps up linearly to its
+  full weight at the last step."""
   w = config.loss
-  ramp = 1.0
+  ramp = sparsity_ramp = 1.0
   if step is not None and w.ramp_fraction > 0 and not cde.is_zero_weight(w.supcon + w.sparsity):
-    ramp = jnp.minimum(1.0, step / (w.ramp_fraction * config.steps))
+    ramp = sparsity_ramp = jnp.minimum(1.0, step / (w.ramp_fraction * config.steps))
+  if step is not None and w.sparsity_kind == "l1_schedule":
+    start = w.ramp_fraction * config.steps
+    sparsity_ramp = jnp.clip((step - start) / max(config.steps - start, 1.0), 0.0, 1.0)
   return cde.LossWeights(
-    w.ce, ramp * w.supcon, ramp * w.sparsity, w.temperature, w.sparsity_reduction
+    w.ce, ramp * w.supcon, sparsity_ramp * w.sparsity, w.temperature, w.sparsity_kind
   )
 
 

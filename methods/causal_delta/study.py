@@ -5,8 +5,10 @@ Arms (`config.study`), each `num_seeds` seeds as one array axis:
                         Causal Triplet's block-invariance loss), `cde_ce` (delta, CE only),
                         `cde_ce_supcon`, `cde_ce_l1`, `cde` (CE + 2 SupCon + 1 L1),
                         `cde_l1_sum` (L1 summed over the delta's coordinates, the formula as
-                        written), and when listed `cde_no_ramp` (SupCon and L1 at full weight from
-                        step 0) and `cde_warmup` (after the masked-reconstruction warm-up);
+                        written), and when listed the other sparsity choices `cde_l1_schedule`,
+                        `cde_l1_normalised`, `cde_topk` (`core/causal_delta.py`),
+                        `cde_no_ramp` (SupCon and L1 at full weight from step 0) and
+                        `cde_warmup` (after the masked-reconstruction warm-up);
   multi-object scenes   `multi_<arm>` for `study.multi_arms`: `cde_global`, `cde_patch` (Top-K
                         mean) and `cde_patch_per_patch` (per-patch losses); `vanilla` when listed;
   digit objects         `digits_<arm>` for `study.digit_arms` (none by default): single-object scenes
@@ -23,11 +25,12 @@ from collections.abc import Mapping
 
 import ml_collections
 import numpy as np
+from scipy import stats
 
 from core.data import shape_triplets as triplets
 from methods.base import Report, with_changes
 from methods.causal_delta import phases as phases_lib
-from methods.reports import figure_grid, mean_std_cell
+from methods.reports import figure_grid, interval_cell, mean_std_cell
 
 _CE_ONLY = dict(loss__supcon=0.0, loss__sparsity=0.0)
 ARM_FIELDS = {
@@ -39,7 +42,10 @@ ARM_FIELDS = {
   "cde_ce_l1": dict(model__kind="cde_global", loss__supcon=0.0),
   "cde": dict(model__kind="cde_global"),
   "cde_global": dict(model__kind="cde_global"),
-  "cde_l1_sum": dict(model__kind="cde_global", loss__sparsity_reduction="sum"),
+  "cde_l1_sum": dict(model__kind="cde_global", loss__sparsity_kind="l1_sum"),
+  "cde_l1_schedule": dict(model__kind="cde_global", loss__sparsity_kind="l1_schedule"),
+  "cde_l1_normalised": dict(model__kind="cde_global", loss__sparsity_kind="l1_normalised"),
+  "cde_topk": dict(model__kind="cde_global", loss__sparsity_kind="topk"),
   "cde_no_ramp": dict(model__kind="cde_global", loss__ramp_fraction=0.0),
   "cde_warmup": dict(model__kind="cde_global", warmup__steps=300),
   "cde_patch": dict(model__kind="cde_patch", model__patch_loss="aggregate"),
@@ -75,7 +81,9 @@ def _losses(arm_config) -> str:
   if arm_config.loss.supcon:
     parts.append(f"{arm_config.loss.supcon:g} SupCon")
   if arm_config.loss.sparsity:
-    parts.append(f"{arm_config.loss.sparsity:g} L1")
+    kind = arm_config.loss.sparsity_kind
+    detail = f" top-{arm_config.loss.sparsity_top_k}" if kind == "topk" else ""
+    parts.append(f"{arm_config.loss.sparsity:g} {kind}{detail}")
   if kind == "cde_patch":
     parts.append(arm_config.model.patch_loss)
   return " + ".join(parts)
@@ -109,8 +117,47 @@ def _difference(results, a: str, b: str, key: str) -> float | None:
   return None
 
 
+def paired_interval(results, a: str, b: str, key: str) -> tuple[float, float] | None:
+  """Mean of `a - b` over seeds (seed s of both arms shares its data and initial key) and the
+  half-width of its 95% Student-t interval; None when an arm is missing."""
+  if a not in results or b not in results:
+    return None
+  diff = np.ravel(results[a][f"{key}_per_seed"]) - np.ravel(results[b][f"{key}_per_seed"])
+  if diff.size < 2:
+    return float(diff.mean()), float("nan")
+  return float(diff.mean()), float(stats.t.ppf(0.975, diff.size - 1) * stats.sem(diff))
+
+
+def verdict(interval: tuple[float, float], better: int) -> str:
+  """ "better" / "worse" when the interval excludes 0 on that side (`better` = +1: higher is better),
+  else "no difference resolved"."""
+  mean, half = interval
+  if not np.isfinite(half):
+    return "one seed"
+  if better * mean - half > 0:
+    return "better"
+  if better * mean + half < 0:
+    return "worse"
+  return "no difference resolved"
+
+
+INVARIANCE_COMPARISONS = (("cde", "vanilla"), ("cde", "cde_ce"), ("cde_ce", "vanilla"))
+
+
+def _invariance_summary(results) -> dict:
+  """Invariance ratio (lower: more invariant) of CDE against vanilla and the CE-only delta, paired
+  over seeds, with a verdict."""
+  out = {}
+  for a, b in INVARIANCE_COMPARISONS:
+    interval = paired_interval(results, a, b, "invariance_ratio")
+    if interval is not None:
+      out[f"invariance_{a}_minus_{b}"] = interval_cell(*interval)
+      out[f"invariance_{a}_vs_{b}"] = verdict(interval, better=-1)
+  return out
+
+
 def _summary(results: Mapping[str, Mapping]) -> dict:
-  summary = {}
+  summary = _invariance_summary(results)
   headline = ("cde", "vanilla", "icm", "sms", "cde_ce")
   for arm in headline + tuple(f"digits_{name}" for name in ("cde", "vanilla", "sms")):
     if arm in results:
@@ -143,6 +190,9 @@ def _summary(results: Mapping[str, Mapping]) -> dict:
     ("cde_ce_supcon", "without_l1"),
     ("cde_ce_l1", "without_supcon"),
     ("cde_l1_sum", "l1_summed_over_coordinates"),
+    ("cde_l1_schedule", "l1_scheduled"),
+    ("cde_l1_normalised", "l1_of_unit_delta"),
+    ("cde_topk", "topk_projector"),
     ("cde_no_ramp", "without_ramp"),
   ):
     summary[f"ood_drop_{label}_pts"] = _difference(results, "cde", arm, "ood_accuracy")

@@ -22,6 +22,7 @@ from __future__ import annotations
 import ml_collections
 
 from core import relighting
+from core.data import lambertian
 from methods.base import (
   Method,
   require,
@@ -156,6 +157,12 @@ def _validate_pipeline(config) -> None:
 def _validate_evaluation(config) -> None:
   e = config.evaluation
   require_positive_int(config, "evaluation.num_clips")
+  require(
+    e.num_clips >= lambertian.MIN_PAPER_CLIPS,
+    "evaluation.num_clips",
+    f"{e.num_clips} clips cannot cover the {len(lambertian.TRAJECTORIES)} trajectories and "
+    f"{len(lambertian.PROMPTS)} prompts; needs >= {lambertian.MIN_PAPER_CLIPS}",
+  )
   require(len(e.arms) > 0, "evaluation.arms", "needs at least one arm")
   for arm in e.arms:
     require(
@@ -164,6 +171,12 @@ def _validate_evaluation(config) -> None:
       f"unknown arm {arm!r}; known: source, per_frame, per_frame_sdedit_<strength>, "
       f"{', '.join(pipeline.FUSION_ARMS)}, oracle",
     )
+  seeds = tuple(config.study.seeds)
+  require(
+    len(seeds) >= 1 and len(set(seeds)) == len(seeds) and all(isinstance(s, int) for s in seeds),
+    "study.seeds",
+    f"needs distinct int seeds, got {seeds}",
+  )
   require(e.headline in e.arms, "evaluation.headline", f"{e.headline!r} is not in evaluation.arms")
   require(
     0 <= e.figure_clip < e.num_clips, "evaluation.figure_clip", "must index an evaluation clip"

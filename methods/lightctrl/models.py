@@ -189,7 +189,8 @@ def prior_clips(config, seed: int, index: int, n: int) -> dict[str, np.ndarray]:
 
 
 def evaluation_clips(config) -> dict[str, np.ndarray]:
-  """The fixed evaluation set: the paper's six trajectories, prompts cycled every six clips."""
+  """The fixed evaluation set: the paper's six trajectories with every prompt, assigned round-robin
+  (`lambertian.paper_assignment`)."""
   return lambertian.clip_batch(
     config.seed + 1000, 0, config.evaluation.num_clips, paths="paper", **_clip_kwargs(config)
   )
