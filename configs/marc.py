@@ -58,8 +58,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.data.max_events = 5
   config.data.question_len = 10  # word slots of a question
   config.data.num_test = 300  # test questions
+  # the test set's generator seed; the training streams (retriever, teacher, sft, RL pool) come from
+  # one split of `seed`'s key in another domain (methods/marc/inputs.py: stream_seeds)
   config.data.test_seed = 1001
-  config.data.pool_seed = 2002  # the RL prompts (teacher answers precomputed on them)
+  # count answers uniform over 0..num_events (else mostly "one"; core/data/eventworld.py)
+  config.data.balanced_counts = True
   # gpu: per-frame pixel bounds of the Qwen2.5-VL resize (qwen-vl-utils' VIDEO_MIN/MAX_PIXELS)
   config.data.min_pixels = 128 * 28 * 28
   config.data.max_pixels = 768 * 28 * 28
@@ -135,6 +138,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.eval.chunk = 100  # test questions per jitted call
   config.eval.latency_batch = 32  # questions per timed call
   config.eval.latency_repeats = 5
+  # the VMR diagnostic: the teacher on the top-k retrieved clips and the recall at each k (k at
+  # least data.max_events keeps every frame)
+  config.eval.top_k_sweep = (1, 3, 5)
 
   config.study = ml_collections.ConfigDict()
   config.study.seeds = (0,)  # one arm per seed (data streams, initialisation, sampling)
@@ -147,7 +153,15 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.rl.steps = 100
     config.sft.steps = 100
     config.data.num_test = 500
-    config.students = ("sft", "grpo", "cgrpo_novmr", "marc", "marc_tau04", "marc_tau08")
+    config.students = (
+      "sft",
+      "grpo",
+      "cgrpo_novmr",
+      "marc",
+      "marc_teacher",
+      "marc_tau04",
+      "marc_tau08",
+    )
   if variant == "gpu":
     config.data.num_frames = 64  # 1 fps, at most 64
     config.data.max_events = 6

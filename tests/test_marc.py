@@ -86,6 +86,60 @@ def test_questions_match_the_rendered_events():
       assert np.any(np.all(np.isclose(frame, colour), -1))
 
 
+def test_count_answers_are_balanced_and_the_blind_floor_follows():
+  """Balanced: each count 0..num_events of the asked shape equally likely given the events, so the
+  blind floor of the count question drops from the "one"-majority's ~50% to ~1/5."""
+  tok = eventworld.tokenizer()
+  kw = dict(num_frames=16, max_events=5, question_types=(4,))
+  for balanced, low, high in ((True, 0.17, 0.25), (False, 0.45, 0.65)):
+    data = eventworld.batch(9, 0, 400, balanced_counts=balanced, **kw)
+    words = [tok.tokens[a] for a in data["answer"]]
+    top = max(words.count(w) for w in set(words)) / len(words)
+    assert low < top < high, (balanced, top)
+  data = eventworld.batch(9, 0, 400, **kw)
+  counts = np.array([eventworld.COUNTS.index(tok.tokens[a]) for a in data["answer"]])
+  np.testing.assert_array_equal(counts, data["relevant"].sum(1))  # the answer is still the truth
+  assert counts.max() >= 4
+
+
+def test_blind_floor_scores_the_majority_answer_per_type():
+  config = with_changes(tiny_config(), data__num_test=200, eval__chunk=100, rl__pool_chunks=50)
+  metrics = evaluation.blind_metrics(config)
+  # balanced answers: shapes and directions 1/4, colours 1/6, counts about 1/5
+  assert 0.12 < metrics["accuracy_blind"] < 0.33
+  assert metrics["accuracy_blind_colour_on_bg"] < 0.3
+
+
+def _item_hashes(batch) -> set[bytes]:
+  import hashlib
+
+  return {
+    hashlib.sha1(batch["frames"][i].tobytes() + batch["question"][i].tobytes()).digest()
+    for i in range(len(batch["frames"]))
+  }
+
+
+def test_no_training_stream_of_any_seed_holds_a_test_item():
+  """Items, not seeds: hashes of every stream's first batches (seeds 0-3, the seed that used to
+  draw the test stream included) against the test set's; and the streams differ from each other."""
+  config = with_changes(tiny_config(), data__num_frames=16, data__num_test=64, eval__chunk=64)
+  test = _item_hashes(mi.test_set(config))
+  assert len(test) == 64
+  for seed in range(4):
+    seen = []
+    for name in mi.STREAMS:
+      items = set()
+      for index in range(2):
+        items |= _item_hashes(mi.eventworld_batch(config, mi.stream_seeds(seed)[name], index, 32))
+      assert not items & test, (seed, name)
+      assert all(not items & other for other in seen), (seed, name)
+      seen.append(items)
+  # the check sees a collision where there is one: seeding streams 1000 * seed + offset made seed
+  # 1's teacher batch 0 (seed 1001) the head of the test set (seed 1001, batch 0)
+  old_teacher = _item_hashes(mi.eventworld_batch(config, 1001, 0, 32))
+  assert old_teacher <= _item_hashes(mi.eventworld_batch(config, 1001, 0, 64))
+
+
 # ---------------------------------------------------------------------------------------------------
 # Visual Memory Retriever
 # ---------------------------------------------------------------------------------------------------
@@ -264,13 +318,13 @@ def test_identical_rewards_give_zero_policy_gradient(tiny):
   batch = {**batch, "a_full": jnp.ones(4)}
   step = functools.partial(grpo_student_step, config, STUDENTS["grpo"])
   frozen_answer = jnp.full_like(batch["answer"], -1)  # nobody is correct: all rewards 0
-  new, metrics = jax.jit(step)(state, {**batch, "answer": frozen_answer}, jax.random.key(0))
+  new, metrics = jax.jit(step)(state, {**batch, "target": frozen_answer}, jax.random.key(0))
   assert float(metrics["reward"]) == 0.0
   chex.assert_trees_all_close(new["params"], state["params"], atol=1e-7)
   assert int(new["step"]) == 1
 
 
-def test_teacher_answers_fill_the_pool(tiny):
+def test_teacher_answers_fill_the_pool_and_set_each_students_target(tiny):
   config, params, retriever, _ = tiny
   from methods.marc.phases import answers_step
 
@@ -279,6 +333,38 @@ def test_teacher_answers_fill_the_pool(tiny):
   state, metrics = jax.jit(functools.partial(answers_step, config))(state, chunk, jax.random.key(0))
   chex.assert_shape(state["a_full"], (8,))
   assert 0.0 <= float(metrics["a_full"]) <= 1.0
+  answers = {k: np.asarray(v) for k, v in state.items() if k != "params"}
+  rows = slice(4, 8)  # chunk 1; chunk 0 is still unanswered
+  words = [-1, *mi.special_ids()["answers"]]  # -1: the greedy answer was not well formed
+  assert np.isin(answers["answer"][rows], words).all() and (answers["answer"][:4] == -1).all()
+  inputs = {"teacher_answers": answers}
+  own = pool_source(config, STUDENTS["marc"], inputs).batch(1)
+  teacher = pool_source(config, STUDENTS["marc_teacher"], inputs).batch(1)
+  np.testing.assert_array_equal(own["target"], own["answer"])
+  np.testing.assert_array_equal(teacher["target"], answers["answer"][rows])
+  np.testing.assert_array_equal(teacher["a_full"], answers["a_full_teacher"][rows])
+  np.testing.assert_array_equal(own["a_full"], answers["a_full"][rows])
+
+
+def test_teacher_target_rewards_agreement_with_the_teacher_not_the_truth(tiny):
+  """The same rollouts earn the accuracy reward only where they match `target`: with the teacher's
+  (here deliberately wrong) answers as target, rollouts that give the true answer earn none."""
+  from methods.marc.phases import rollout_rewards
+
+  config = tiny_config()
+  g = config.rl.group
+  words = mi.special_ids()["answers"]
+  answer = jnp.array(words[:2])
+  tokens = jnp.stack([mi.completion_of(jnp.repeat(answer, g))], 0)[0]
+  gen = type("Gen", (), {"tokens": tokens, "lengths": jnp.full((2 * g,), 3)})
+  wrong_teacher = jnp.array([words[2], words[1]])
+  batch = {"answer": answer, "a_full": jnp.ones(2)}
+  truth = rollout_rewards(config, STUDENTS["marc"], gen, {**batch, "target": answer})
+  teacher = rollout_rewards(
+    config, STUDENTS["marc_teacher"], gen, {**batch, "target": wrong_teacher}
+  )
+  np.testing.assert_array_equal(truth.accuracy, np.ones((2, g)))
+  np.testing.assert_array_equal(teacher.accuracy, [[0] * g, [1] * g])
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -15,6 +15,11 @@ Questions (word tokens, right-padded to `question_len`), each answered by one wo
   4 "count"          how many events show a <shape> ?                 -> zero .. six (global)
 The answer is generated as the completion `<ans> X </ans>` (so a format reward exists).
 
+Answers are balanced within each type: types 0-3 by symmetry (the keyed event is drawn uniformly and
+its attributes are uniform), the count by construction (`balanced_counts`: the asked shape is placed
+on a uniform 0..num_events of the video's events), so a blind guess per type scores 1/4, 1/4, 1/6,
+1/4 and about 1/5. Without it the count is mostly "one" (a random shape on 3-5 of 24 pairs).
+
 `batch(seed, index, n, ...)` is a pure function of its arguments (resumable, no state); it also
 returns each frame's true event id and which events a question needs (the retriever's supervision).
 """
@@ -106,13 +111,29 @@ def event_lengths(rng: np.random.Generator, num_frames: int, num_events: int) ->
   return lengths
 
 
-def sample_events(rng, num_frames: int, min_events: int, max_events: int) -> dict[str, np.ndarray]:
+def object_pairs(rng, count: int, shape_on: int | None = None) -> np.ndarray:
+  """`count` distinct (shape, colour) pairs as `colour * len(SHAPES) + shape`; with `shape_on`,
+  that shape is on a uniform 0..count of them (the balanced count question)."""
+  pairs = np.arange(len(SHAPES) * len(OBJECT_COLOURS))
+  if shape_on is None:
+    return rng.choice(pairs, count, replace=False)
+  hits = int(rng.integers(0, count + 1))
+  own = pairs % len(SHAPES) == shape_on
+  chosen = np.concatenate(
+    [rng.choice(pairs[own], hits, replace=False), rng.choice(pairs[~own], count - hits, False)]
+  )
+  return rng.permutation(chosen)
+
+
+def sample_events(
+  rng, num_frames: int, min_events: int, max_events: int, shape_on: int | None = None
+) -> dict[str, np.ndarray]:
   """One video's events: int arrays `[max_events]` (padded with -1) of background, shape, colour,
-  direction, length, start row and column; `num_events`."""
+  direction, length, start row and column; `num_events`. `shape_on`: see `object_pairs`."""
   lowest = max(min_events, -(-num_frames // MAX_EVENT))
   highest = min(max_events, num_frames // MIN_EVENT)
   count = int(rng.integers(lowest, highest + 1))
-  pairs = rng.choice(len(SHAPES) * len(OBJECT_COLOURS), count, replace=False)
+  pairs = object_pairs(rng, count, shape_on)
   events = {
     "background": rng.choice(len(BACKGROUNDS), count, replace=False),
     "shape": pairs % len(SHAPES),
@@ -159,8 +180,9 @@ def render(events: dict[str, np.ndarray], num_frames: int) -> tuple[np.ndarray, 
   return frames, event_of_frame
 
 
-def make_question(rng, events, qtype: int) -> tuple[str, str, np.ndarray]:
-  """`(question text, answer word, relevant events bool [max_events])` of type `qtype`."""
+def make_question(rng, events, qtype: int, asked: int | None = None) -> tuple[str, str, np.ndarray]:
+  """`(question text, answer word, relevant events bool [max_events])` of type `qtype`; `asked`:
+  the shape a count question asks about (drawn here when None)."""
   count = int(events["num_events"])
   relevant = np.zeros(len(events["shape"]), bool)
   bg_names, colour_names = list(BACKGROUNDS), list(OBJECT_COLOURS)
@@ -187,14 +209,15 @@ def make_question(rng, events, qtype: int) -> tuple[str, str, np.ndarray]:
       SHAPES[events["shape"][e + 1]],
       relevant,
     )
-  asked = int(rng.integers(0, len(SHAPES)))
+  if asked is None:
+    asked = int(rng.integers(0, len(SHAPES)))
   relevant[:] = events["shape"] == asked
   answer = COUNTS[int(relevant.sum())]
   return f"how many events show a {SHAPES[asked]} ?", answer, relevant
 
 
 def batch(
-  seed: int,
+  seed: int | tuple[int, ...],
   index: int,
   size: int,
   *,
@@ -203,21 +226,25 @@ def batch(
   max_events: int = 6,
   question_len: int = 10,
   question_types: tuple[int, ...] = (0, 1, 2, 3, 4),
+  balanced_counts: bool = True,
 ) -> dict[str, np.ndarray]:
-  """Batch `index` of the stream `seed`: `frames [n, F, 16, 16, 3]`, `question [n, question_len]`
+  """Batch `index` of the stream `seed` (an int or a tuple of ints: the entropy of numpy's
+  SeedSequence, with `index` appended): `frames [n, F, 16, 16, 3]`, `question [n, question_len]`
   and `question_length [n]` (word ids), `answer [n]` (id of the answer word), `qtype [n]`,
   `event_of_frame [n, F]`, `relevant [n, max_events]`, `num_events [n]`, and each event's
   `event_background`, `event_shape`, `event_colour` `[n, max_events]` (-1 past `num_events`)."""
-  rng = np.random.default_rng([seed, index])
+  rng = np.random.default_rng([*np.atleast_1d(seed).tolist(), index])
   tok = tokenizer()
   fields = ("frames", "event_of_frame", "relevant", "num_events", "answer", "qtype")
   rows = {k: [] for k in fields + tuple(f"event_{name}" for name in FRAME_ATTRIBUTES)}
   texts = []
   for _ in range(size):
-    events = sample_events(rng, num_frames, min_events, max_events)
-    frames, event_of_frame = render(events, num_frames)
     qtype = int(rng.choice(question_types))
-    text, answer, relevant = make_question(rng, events, qtype)
+    asked = int(rng.integers(0, len(SHAPES))) if qtype == 4 else None
+    shape_on = asked if balanced_counts else None
+    events = sample_events(rng, num_frames, min_events, max_events, shape_on)
+    frames, event_of_frame = render(events, num_frames)
+    text, answer, relevant = make_question(rng, events, qtype, asked)
     texts.append(text)
     rows["frames"].append(frames)
     rows["event_of_frame"].append(event_of_frame)

@@ -40,7 +40,7 @@ import ml_collections
 from methods.base import Method, require, require_positive_int
 from methods.marc import paper_scale, paper_vmr
 from methods.marc.phases import phases
-from methods.marc.students import STUDENTS
+from methods.marc.students import REWARD_TARGETS, STUDENTS
 from methods.marc.study import report, study_arms
 
 POSITIVE_FIELDS = (
@@ -123,6 +123,10 @@ def _validate_data(config) -> None:
     f"{config.eval.chunk} must divide data.num_test={d.num_test}",
   )
   require(config.eval.latency_batch <= d.num_test, "eval.latency_batch", "exceeds data.num_test")
+  sweep = config.eval.top_k_sweep
+  require(
+    all(isinstance(k, int) and k > 0 for k in sweep), "eval.top_k_sweep", f"positive ints: {sweep}"
+  )
 
 
 def _validate_model(config) -> None:
@@ -154,6 +158,11 @@ def _validate_rl(config) -> None:
   require(r.alpha >= 0.0, "rl.alpha", f"must be >= 0, got {r.alpha}")
   require(r.beta >= 0.0, "rl.beta", f"must be >= 0, got {r.beta}")
   require(0.0 < r.clip < 1.0, "rl.clip", f"must be in (0, 1), got {r.clip}")
+  require(
+    r.reward_target in REWARD_TARGETS,
+    "rl.reward_target",
+    f"one of {REWARD_TARGETS}, got {r.reward_target!r}",
+  )
   require(r.temperature > 0, "rl.temperature", f"must be > 0, got {r.temperature}")
   for field in ("rl.learning_rate", "sft.learning_rate", "teacher.learning_rate"):
     section, name = field.split(".")
@@ -187,10 +196,12 @@ def _validate_paper_scale(config) -> None:
   )
   for field in ("data.question_tokens", "rl.max_new_tokens", "sft.max_tokens"):
     require_positive_int(config, field)
+  teacher_targets = [name for name in config.students if STUDENTS[name].target == "teacher"]
   require(
-    config.rl.reward_target == "ground_truth",
+    config.rl.reward_target == "ground_truth" and not teacher_targets,
     "rl.reward_target",
-    "the gpu phases reward against the Video-R1 solution only ('ground_truth')",
+    f"the gpu phases reward against the Video-R1 solution only ('ground_truth'; students "
+    f"{teacher_targets} ask for the teacher's answers)",
   )
   tokenizer_json = os.path.join(
     paper_scale.checkpoint_folder(config.model.checkpoint), "tokenizer.json"

@@ -3,7 +3,9 @@ the same test questions; accuracy per question type, visual tokens, the retrieve
 decoder's prefill FLOPs (XLA cost analysis) and measured answer latency, full input against MARC's.
 
 Headline keys of results.json: `accuracy` (the main student: `marc` when trained), `teacher_accuracy`
-(the teacher on all frames), `token_ratio` (the main student's visual tokens over the teacher's),
+(the teacher on all frames), `blind_accuracy` (the floor: each question type's majority answer in
+the RL pool, never looking at the video; `above_floor_*` = (accuracy - floor) / (1 - floor)),
+`token_ratio` (the main student's visual tokens over the teacher's),
 `latency_ratio` (decoder answer latency, compressed over full input; `end_to_end_latency_ratio`
 includes the frame encoder, the retriever and the merge).
 """
@@ -20,7 +22,7 @@ from core import grpo, rl
 from core import video_memory as retrieval
 from core.data import eventworld
 from core.nn import vlm as vlm_lib
-from methods.base import cached_per_config
+from methods.base import cached_per_config, with_changes
 from methods.marc import inputs as mi
 from methods.marc.students import STUDENTS
 
@@ -30,8 +32,9 @@ ZERO_SHOT = {  # arm -> visual input, all on the teacher's weights
   "zero_shot": "vmr_merge",
   "uniform": "uniform",
   "merge_only": "merge",
+  "teacher_oracle": "oracle_full",
 }
-EVAL_KEYS = ("frames", "question", "question_length", "answer")
+EVAL_KEYS = ("frames", "question", "question_length", "answer", "relevant", "event_of_frame")
 
 
 def arms_of(config) -> dict[str, str]:
@@ -52,7 +55,7 @@ def arm_params(inputs, name: str) -> dict:
   return {"encoder": teacher["encoder"], **inputs[name]}
 
 
-@cached_per_config(maxsize=8)
+@cached_per_config(maxsize=16)
 def answer_fn(config, mode: str):
   """Jitted `(params, retriever params, batch) -> (correct, well formed, visual tokens)`."""
   ids = mi.special_ids()
@@ -96,35 +99,70 @@ def arm_metrics(config, name: str, out, qtype) -> dict[str, float]:
   return metrics
 
 
-def retrieval_metrics(config, retriever_params) -> dict[str, float]:
+def blind_metrics(config) -> dict[str, float]:
+  """The floor: each question type's majority answer among the RL pool's questions (a training
+  stream), scored on the test set without looking at any video (`accuracy_blind*`)."""
+  pool = [mi.pool_chunk(config, i) for i in range(config.rl.pool_chunks)]
+  answers = np.concatenate([chunk["answer"] for chunk in pool])
+  qtypes = np.concatenate([chunk["qtype"] for chunk in pool])
+  test = mi.test_set(config)
+  correct = np.zeros(len(test["answer"]), bool)
+  for index in range(len(eventworld.QUESTION_TYPES)):
+    values, counts = np.unique(answers[qtypes == index], return_counts=True)
+    guess = values[np.argmax(counts)] if len(values) else -1
+    chosen = test["qtype"] == index
+    correct[chosen] = test["answer"][chosen] == guess
+  out = {"correct": correct, "formed": np.ones_like(correct), "tokens": np.zeros(len(correct))}
+  return arm_metrics(config, "blind", out, test["qtype"])
+
+
+def retrieval_metrics(config, retriever_params, suffix: str = "") -> dict[str, float]:
   """The detector's cuts (share of videos cut exactly at the true events) and the retriever's
   recall (share of the relevant events' frames kept; `hit_local`: one-event questions whose whole
-  event was kept)."""
+  event was kept), on the detected cuts and (`*_true_cuts`) on the true events."""
   test = mi.test_set(config)
 
   @jax.jit
   def kept(batch):
     segment = retrieval.segment_video(batch["frames"], config.retriever.cut_threshold)
-    return segment, mi.retrieved_frames(config, retriever_params, batch, segment)
+    on_true = mi.retrieved_frames(config, retriever_params, batch, batch["event_of_frame"])
+    return segment, mi.retrieved_frames(config, retriever_params, batch, segment), on_true
 
-  segments, masks = [], []
-  for start in range(0, config.data.num_test, config.eval.chunk):
-    part = {k: jnp.asarray(test[k][start : start + config.eval.chunk]) for k in EVAL_KEYS}
-    segment, mask = jax.device_get(kept(part))
-    segments.append(segment)
-    masks.append(mask)
-  segment, mask = np.concatenate(segments), np.concatenate(masks)
+  parts = [jax.device_get(kept(part)) for part in chunks(config, test)]
+  segment, mask, mask_true = (np.concatenate(p) for p in zip(*parts, strict=True))
   events = test["event_of_frame"]
   relevant = np.take_along_axis(test["relevant"], events, 1)  # [N, F]
-  recall = (relevant & mask).sum(1) / np.maximum(relevant.sum(1), 1)
   local = np.isin(test["qtype"], eventworld.LOCAL_TYPES)
   has = relevant.any(1)
-  return {
+  metrics = {
     "segmentation_exact": float(np.mean(np.all(segment == events, 1))),
-    "retrieval_recall": float(recall[has].mean()),
-    "retrieval_hit_local": float(np.mean(recall[local] == 1.0)),
     "retrieved_frames": float(mask.sum(1).mean()),
   }
+  for name, chosen in (("", mask), ("_true_cuts", mask_true)):
+    recall = (relevant & chosen).sum(1) / np.maximum(relevant.sum(1), 1)
+    metrics[f"retrieval_recall{name}"] = float(recall[has].mean())
+    metrics[f"retrieval_hit_local{name}"] = float(np.mean(recall[local] == 1.0))
+  return {f"{k}{suffix}": v for k, v in metrics.items()}
+
+
+def training_segmentation_exact(config) -> float:
+  """Share of the retriever's first training batch cut exactly at the true events: the detector's
+  cuts on the data the retriever trains on (it trains on the true events)."""
+  batch = mi.stream(config, "retriever", config.retriever.batch_size).batch(0)
+  segment = retrieval.segment_video(jnp.asarray(batch["frames"]), config.retriever.cut_threshold)
+  return float(np.mean(np.all(np.asarray(segment) == batch["event_of_frame"], 1)))
+
+
+def top_k_sweep(config, inputs, qtype) -> dict[str, float]:
+  """The teacher on the retrieved clips' frames and the retriever's recall at each k of
+  `eval.top_k_sweep` (k >= the number of events keeps every frame)."""
+  results = {}
+  for k in config.eval.top_k_sweep:
+    at_k = with_changes(config, retriever__top_k=k)
+    out = evaluate_arm(at_k, inputs["teacher"], inputs["retriever"], "vmr_full")
+    results.update(arm_metrics(at_k, f"teacher_vmr_k{k}", out, qtype))
+    results.update(retrieval_metrics(at_k, inputs["retriever"], f"_k{k}"))
+  return results
 
 
 def _flops(compiled) -> float:
@@ -191,5 +229,9 @@ def evaluate(config, inputs, rng) -> dict[str, float]:
   results["teacher_accuracy"] = results["accuracy_teacher_full"]
   results["token_ratio"] = results[f"visual_tokens_{main}"] / full_tokens
   results.update(retrieval_metrics(config, inputs["retriever"]))
+  results["segmentation_exact_train"] = training_segmentation_exact(config)
+  results.update(top_k_sweep(config, inputs, qtype))
+  results.update(blind_metrics(config))
+  results["blind_accuracy"] = results["accuracy_blind"]
   results.update(efficiency(config, inputs, arms_of(config)[main]))
   return {k: float(v) for k, v in results.items()}

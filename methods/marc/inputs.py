@@ -18,8 +18,14 @@ from core.nn.transformer import Transformer
 from methods.base import cached_per_config
 
 # the visual input of an arm: what the (teacher or student) VLM sees
-MODES = ("full", "vmr_full", "vmr_merge", "merge", "uniform")
-STREAMS = {"teacher": 1, "retriever": 2, "sft": 3}  # training-data streams, apart per seed
+# ("oracle_full": all frames of the question's true relevant events, a diagnostic of the VMR)
+MODES = ("full", "vmr_full", "vmr_merge", "merge", "uniform", "oracle_full")
+# the training-data streams of a seed, each one part of a single split of the seed's data key
+STREAMS = ("retriever", "teacher", "sft", "pool")
+# the first entropy word of EventWorld's generator: training streams and the test set live in
+# different domains, so no seed's training stream can draw the test set's items
+TRAIN_DOMAIN, TEST_DOMAIN = 1, 0
+DATA_TAG = 0x5EED  # folded into `jax.random.key(config.seed)`: the data key, apart from the loop's
 
 
 @functools.lru_cache(maxsize=1)
@@ -86,12 +92,26 @@ def eventworld_batch(config, seed: int, index: int, size: int) -> dict[str, np.n
     min_events=d.min_events,
     max_events=d.max_events,
     question_len=d.question_len,
+    balanced_counts=d.balanced_counts,
   )
+
+
+def stream_seeds(seed: int) -> dict[str, tuple[int, ...]]:
+  """Every training stream's generator entropy for `config.seed = seed`: one
+  `jax.random.split` of the seed's data key, one part per stream of `STREAMS`, in the training
+  domain (the test set is `test_seed_of`, in its own domain)."""
+  keys = jax.random.split(jax.random.fold_in(jax.random.key(seed), DATA_TAG), len(STREAMS))
+  words = np.asarray(jax.random.key_data(keys)).reshape(len(STREAMS), -1)
+  return {name: (TRAIN_DOMAIN, *map(int, w)) for name, w in zip(STREAMS, words, strict=True)}
+
+
+def test_seed_of(config) -> tuple[int, int]:
+  return (TEST_DOMAIN, config.data.test_seed)
 
 
 def stream(config, name: str, batch_size: int) -> batching.GeneratedBatches:
   """The training stream `name` of this seed: batch `s` is a pure function of (seed, name, s)."""
-  seed = 1000 * config.seed + STREAMS[name]
+  seed = stream_seeds(config.seed)[name]
   return batching.GeneratedBatches(
     lambda step: eventworld_batch(config, seed, step, batch_size), batch_size
   )
@@ -101,13 +121,13 @@ def stream(config, name: str, batch_size: int) -> batching.GeneratedBatches:
 def pool_chunk(config, index: int) -> dict[str, np.ndarray]:
   """RL pool chunk `index` (`rl.prompts` questions), with each question's pool row."""
   size = config.rl.prompts
-  chunk = eventworld_batch(config, config.data.pool_seed + 1000 * config.seed, index, size)
+  chunk = eventworld_batch(config, stream_seeds(config.seed)["pool"], index, size)
   return {**chunk, "row": np.arange(index * size, (index + 1) * size, dtype=np.int32)}
 
 
 @cached_per_config(maxsize=2)
 def test_set(config) -> dict[str, np.ndarray]:
-  return eventworld_batch(config, config.data.test_seed, 0, config.data.num_test)
+  return eventworld_batch(config, test_seed_of(config), 0, config.data.num_test)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -139,6 +159,11 @@ def visual_input(config, encoder_params, retriever_params, batch, mode: str) -> 
   if mode == "uniform":
     frames = token_merge.Frames(features, times, everything)
     return jax.vmap(lambda f: token_merge.uniform_subsample(f, c.budget))(frames)
+  if mode == "oracle_full":
+    kept = jnp.take_along_axis(batch["relevant"], batch["event_of_frame"], 1)
+    return jax.vmap(lambda f: token_merge.compact(f, num))(
+      token_merge.Frames(features, times, kept)
+    )
   if mode == "merge":  # MovieChat-style over the whole video: one segment, windows of m
     frames = token_merge.Frames(features, times, everything)
     segment = jnp.zeros((batch_size, num), jnp.int32)

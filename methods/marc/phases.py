@@ -152,14 +152,23 @@ def pool_size(config) -> int:
   return config.rl.pool_chunks * config.rl.prompts
 
 
-def pool_source(config, inputs=None) -> batching.GeneratedBatches:
-  """Step `s` reads pool chunk `s mod pool_chunks`, with the teacher's a_full when known."""
-  a_full = None if inputs is None else np.asarray(inputs["teacher_answers"]["a_full"])
+def reward_target(config, student: Student | None) -> str:
+  return config.rl.reward_target if student is None or student.target is None else student.target
+
+
+def pool_source(config, student: Student | None = None, inputs=None) -> batching.GeneratedBatches:
+  """Step `s` reads pool chunk `s mod pool_chunks`; once the teacher's answers are known, each
+  question also carries the student's `target` answer and the teacher's `a_full` against it."""
+  answers = None if inputs is None else jax.tree.map(np.asarray, inputs["teacher_answers"])
+  teacher_target = reward_target(config, student) == "teacher"
 
   def generate(step):
     chunk = dict(mi.pool_chunk(config, step % config.rl.pool_chunks))
-    if a_full is not None:
-      chunk["a_full"] = a_full[chunk["row"]].astype(np.float32)
+    if answers is not None:
+      rows = chunk["row"]
+      a_full = answers["a_full_teacher" if teacher_target else "a_full"][rows]
+      chunk["a_full"] = a_full.astype(np.float32)
+      chunk["target"] = answers["answer"][rows] if teacher_target else chunk["answer"]
     return chunk
 
   return batching.GeneratedBatches(generate, config.rl.prompts)
@@ -167,25 +176,47 @@ def pool_source(config, inputs=None) -> batching.GeneratedBatches:
 
 def answers_init(config, rng, inputs):
   del rng
+  size = pool_size(config)
   return {
     "params": inputs["teacher"],
-    "a_full": jnp.zeros((pool_size(config),), jnp.float32),
+    "a_full": jnp.zeros((size,), jnp.float32),
+    "a_full_teacher": jnp.zeros((size,), jnp.float32),
+    "answer": jnp.full((size,), -1, jnp.int32),
   }
 
 
 def answers_step(config, state, batch, rng):
-  """`rl.teacher_rollouts` teacher samples per pool question on all frames -> a_full."""
+  """The teacher on all frames of each pool question: its greedy answer (`answer`, -1 when not
+  well formed) and `rl.teacher_rollouts` samples, whose share of correct answers is a_full
+  (`a_full_teacher`: the share agreeing with the greedy answer, for `reward_target="teacher"`)."""
   params, g = state["params"], config.rl.teacher_rollouts
   frames = mi.visual_input(config, params["encoder"], None, batch, "full")
+  ids = mi.special_ids()
+  greedy = mi.answer(config, params, frames, batch, rng, 0.0)
+  _, formed = grpo.completion_checks(
+    greedy.tokens, greedy.lengths, batch["answer"], ids["open"], ids["close"], ids["answers"]
+  )
+  answer = jnp.where(formed, greedy.tokens[:, 1], -1).astype(jnp.int32)
   repeated = jax.tree.map(lambda x: jnp.repeat(x, g, 0), (frames, batch))
   gen = mi.answer(config, params, repeated[0], repeated[1], rng, config.rl.temperature)
-  ids = mi.special_ids()
-  correct, _ = grpo.completion_checks(
-    gen.tokens, gen.lengths, repeated[1]["answer"], ids["open"], ids["close"], ids["answers"]
-  )
-  a_full = jnp.mean(correct.reshape(-1, g).astype(jnp.float32), -1)
-  state = {**state, "a_full": state["a_full"].at[batch["row"]].set(a_full)}
-  return state, {"loss": 1.0 - jnp.mean(a_full), "a_full": jnp.mean(a_full)}
+
+  def share_matching(target):
+    correct, _ = grpo.completion_checks(
+      gen.tokens, gen.lengths, jnp.repeat(target, g), ids["open"], ids["close"], ids["answers"]
+    )
+    return jnp.mean(correct.reshape(-1, g).astype(jnp.float32), -1)
+
+  a_full, a_full_teacher = share_matching(batch["answer"]), share_matching(answer)
+  rows = batch["row"]
+  state = {
+    **state,
+    "a_full": state["a_full"].at[rows].set(a_full),
+    "a_full_teacher": state["a_full_teacher"].at[rows].set(a_full_teacher),
+    "answer": state["answer"].at[rows].set(answer),
+  }
+  greedy_correct = jnp.mean((answer == batch["answer"]).astype(jnp.float32))
+  metrics = {"loss": 1.0 - jnp.mean(a_full), "a_full": jnp.mean(a_full)}
+  return state, {**metrics, "teacher_greedy_accuracy": greedy_correct}
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -249,7 +280,7 @@ def _apply(config, student, state, grads):
 
 def rollout_rewards(config, student, gen, batch) -> grpo.Rewards:
   ids, g = mi.special_ids(), config.rl.group
-  target = jnp.repeat(batch["answer"], g)
+  target = jnp.repeat(batch["target"], g)
   correct, formed = grpo.completion_checks(
     gen.tokens, gen.lengths, target, ids["open"], ids["close"], ids["answers"]
   )
@@ -300,7 +331,7 @@ def student_phase(config, name: str) -> Phase:
   if student.objective == "sft":
     step, data = sft_student_step, lambda inputs: mi.stream(config, "sft", config.sft.batch_size)
   else:
-    step, data = grpo_student_step, functools.partial(pool_source, config)
+    step, data = grpo_student_step, functools.partial(pool_source, config, student)
   return Phase(
     name=name,
     num_steps=student_steps(config, student),
@@ -339,7 +370,7 @@ def phases(config: ml_collections.ConfigDict) -> list[Phase]:
     init=functools.partial(answers_init, config),
     step=functools.partial(answers_step, config),
     data=lambda inputs: pool_source(config),
-    outputs=lambda state, inputs: {"a_full": state["a_full"]},
+    outputs=lambda state, inputs: {k: state[k] for k in ("a_full", "a_full_teacher", "answer")},
   )
   students = [student_phase(config, name) for name in config.students]
   needs_pool = any(STUDENTS[name].objective == "grpo" for name in config.students)

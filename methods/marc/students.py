@@ -15,6 +15,9 @@ class Student(NamedTuple):
   mode: str  # the visual input (inputs.MODES)
   alpha: float | None = None  # None: config.rl.alpha
   tau: float | None = None  # None: config.rl.tau
+  target: str | None = (
+    None  # what a correct rollout matches (REWARD_TARGETS); None: rl.reward_target
+  )
 
 
 STUDENTS = {
@@ -24,7 +27,11 @@ STUDENTS = {
   "marc": Student("grpo", "vmr_merge"),
   "marc_tau04": Student("grpo", "vmr_merge", tau=0.4),
   "marc_tau08": Student("grpo", "vmr_merge", tau=0.8),
+  "marc_teacher": Student("grpo", "vmr_merge", target="teacher"),
 }
+# "ground_truth": the question's answer; "teacher": the teacher's greedy full-input answer (a_full
+# then is the share of the teacher's own rollouts that agree with it)
+REWARD_TARGETS = ("ground_truth", "teacher")
 CURVES = ("reward", "accuracy", "compression", "eta")  # per RL step, kept in the state
 
 

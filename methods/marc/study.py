@@ -18,6 +18,9 @@ from methods.reports import figure_grid, mean_std_cell
 SUMMARY_KEYS = (
   "accuracy",
   "teacher_accuracy",
+  "blind_accuracy",
+  "segmentation_exact_train",
+  "retrieval_recall_true_cuts",
   "token_ratio",
   "latency_ratio",
   "end_to_end_latency_ratio",
@@ -42,11 +45,19 @@ def _mean(results, key) -> float:
   return float(np.mean(values)) if values else float("nan")
 
 
+def _above_floor(results, name) -> list[float]:
+  """(accuracy - blind floor) / (1 - floor) of each seed: 0 at the floor, 1 at a perfect score."""
+  pairs = [(arm.get(f"accuracy_{name}"), arm.get("blind_accuracy")) for arm in results.values()]
+  return [(acc - floor) / (1.0 - floor) for acc, floor in pairs if None not in (acc, floor)]
+
+
 def _rows(config, results) -> list[dict]:
   rows = []
-  for name in arms_of(config):
-    row = {"arm": name, "input": arms_of(config)[name]}
+  inputs = {"blind": "no video: each type's majority answer", **arms_of(config)}
+  for name in inputs:
+    row = {"arm": name, "input": inputs[name]}
     row["accuracy %"] = mean_std_cell(_values(results, f"accuracy_{name}"), 100, 1)
+    row["above floor %"] = mean_std_cell(_above_floor(results, name), 100, 1)
     for kind in eventworld.QUESTION_TYPES:
       row[f"{kind} %"] = mean_std_cell(_values(results, f"accuracy_{name}_{kind}"), 100, 1)
     row["format %"] = mean_std_cell(_values(results, f"format_{name}"), 100, 1)
@@ -64,12 +75,17 @@ def _summary(config, results) -> dict:
     summary[f"local_accuracy_{name}"] = float(
       np.mean([_mean(results, key.format(name)) for key in local])
     )
+  for name in ("teacher_full", main_arm(config)):
+    summary[f"above_floor_{name}"] = float(np.mean(_above_floor(results, name)))
+  for k in config.eval.top_k_sweep:
+    for key in (f"accuracy_teacher_vmr_k{k}", f"retrieval_recall_k{k}"):
+      summary[key] = _mean(results, key)
   summary["main_arm"] = main_arm(config)
   return summary
 
 
 def _figure(config, results):
-  names = list(arms_of(config))
+  names = ["blind", *arms_of(config)]
   fig, axes = figure_grid(1, 4, panel_size=(5.2, 3.8))
   ax = axes[0, 0]
   width = 0.8 / len(eventworld.QUESTION_TYPES)
