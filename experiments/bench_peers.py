@@ -405,7 +405,8 @@ def run(values) -> dict:
   max_positions = max(
     [*prefill_lengths, values.train_len + 1, max(prompt_lengths) + values.new_tokens]
   )
-  hf_model = hf_llama(
+  same_random_model = functools.partial(
+    hf_llama,
     values.width,
     values.depth,
     values.heads,
@@ -415,6 +416,7 @@ def run(values) -> dict:
     values.init_std,
     max_positions,
   )
+  hf_model = same_random_model()
   model, params = converted(hf_model)
   import numpy as np
 
@@ -431,16 +433,7 @@ def run(values) -> dict:
     rows.append(
       measure_train(model, params, hf_model, values.train_batch, values.train_len, values.repeats)
     )
-    hf_model = hf_llama(  # training moved the weights: the same random model again
-      values.width,
-      values.depth,
-      values.heads,
-      values.kv_heads,
-      values.vocab,
-      values.mlp_hidden,
-      values.init_std,
-      max_positions,
-    )
+    hf_model = same_random_model()  # training moved the weights: the same random model again
   if "prefill" in values.measures:
     for length in prefill_lengths:
       rows.append(
