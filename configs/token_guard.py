@@ -121,7 +121,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.guard.refine_top_p = 0.9
   config.guard.refine = "window"  # "window" (Eq. 10: rewrite {i-1, i, i+1}) | "suffix" (code)
   config.guard.clustering = "tfidf_kmeans"  # "tfidf_kmeans" (code's TF-IDF + KMeans) | "exact"
-  config.guard.num_clusters = 3  # k-means clusters (code CLI default 2; spec 3 small / 5 large)
+  config.guard.num_clusters = 3  # k-means clusters per question (the code's CLI default is 2)
 
   config.eval = ml_collections.ConfigDict()
   # always_abstain: the trivial policy beside the headline; token_guard_no_abstain: tau_abstain = 0

@@ -107,7 +107,7 @@ class Guard(NamedTuple):
   refine_top_p: float = 0.9
   refine: str = "window"  # "window" (paper Eq. 10: rewrite {i-1, i, i+1}) | "suffix" (code)
   clustering: str = "tfidf_kmeans"  # "tfidf_kmeans" (code) | "exact" (identical segments)
-  num_clusters: int = 3  # k-means clusters of the candidates (spec: 3 small / 5 large datasets)
+  num_clusters: int = 3  # k-means clusters of the candidates (code CLI default 2)
 
   @property
   def scored(self) -> bool:

@@ -163,7 +163,7 @@ def _figure(config, results):
   passes = np.array([_mean(results, f"forward_passes_{n}") for n in names])
   halluc = np.array([100 * _mean(results, f"answered_hallucination_rate_{n}") for n in names])
   em = np.array([100 * _mean(results, f"f1_{n}") for n in names])
-  points = ax.scatter(halluc, em, c=np.log10(passes), cmap="viridis", s=30)
+  points = ax.scatter(halluc, em, c=np.log10(np.maximum(passes, 1.0)), cmap="viridis", s=30)
   for index, n in enumerate(names):
     ax.annotate(
       n,
