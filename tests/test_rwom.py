@@ -467,7 +467,8 @@ def test_run_writes_the_issue_keys_and_report(tmp_path):
   assert report.summary["success_rwom"] == pytest.approx(results["success_rwom"])
   assert "rwom_study" in report.figures
   arms = rwom_method.study_arms(rwom_config.get_config("study"))
-  assert [name for name, _ in arms] == ["seed0", "seed1"]
+  assert [name for name, _ in arms] == ["seed0", "seed1", "seed2", "seed3"]
+  assert [arm.world.world_seed for _, arm in arms] == [0, 1, 2, 3]
   weighted = rwom_config.get_config("reward_weighted")
   arms = rwom_method.study_arms(weighted)
   assert [name for name, _ in arms] == ["w1_seed0", "w1_seed1", "w10_seed0", "w10_seed1"]
