@@ -519,15 +519,17 @@ def memory_need(compiled) -> MemoryNeed | None:
 def device_memory(mesh) -> tuple[int, str] | None:
   """Bytes one device of `mesh` may use, and where that number comes from. Accelerators report
   `bytes_limit`; CPU devices share the host's available memory (/proc/meminfo, else sysconf)."""
-  device = mesh.devices.flat[0]
-  stats = device.memory_stats() if hasattr(device, "memory_stats") else None
+  local = [d for d in mesh.devices.flat if d.process_index == jax.process_index()]
+  try:
+    stats = local[0].memory_stats()
+  except Exception:  # a backend without memory statistics
+    stats = None
   if stats and stats.get("bytes_limit"):
-    return int(stats["bytes_limit"]), f"{device.platform} device memory"
+    return int(stats["bytes_limit"]), f"{local[0].platform} device memory"
   available = host_available_memory()
   if available is None:
     return None
-  local = sum(d.process_index == jax.process_index() for d in mesh.devices.flat)
-  return available // max(local, 1), f"available host memory / {local} local devices"
+  return available // len(local), f"available host memory / {len(local)} local devices"
 
 
 def host_available_memory() -> int | None:
