@@ -123,6 +123,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     "cde_ce_l1",
     "cde",
     "cde_l1_sum",
+    "cde_l1_schedule",
+    "cde_l1_normalised",
+    "cde_topk",
   )  # single-object arms (methods/causal_delta/study.py: ARM_FIELDS)
   config.study.multi_arms = ("cde_global", "cde_patch", "cde_patch_per_patch")  # multi-object
   config.study.digit_arms = ()  # arms on data.objects="shapes_digits" (e.g. "vanilla", "sms", "cde")
