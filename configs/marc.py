@@ -149,7 +149,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   common.add_parallelism(config)
 
   if variant == "study":
-    config.teacher.steps = 1500
+    config.teacher.steps = 3000  # well above the blind floor of the balanced answers
     config.rl.steps = 100
     config.sft.steps = 100
     config.data.num_test = 500
