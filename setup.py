@@ -43,8 +43,9 @@ setuptools.setup(
   extras_require={
     # librosa: the reference of the mel filterbank test (flow2gan). TensorFlow: tfds's Audio feature
     # needs it to build the LibriTTS reader of flow2gan's gpu variant, whose mock-data test runs with it
-    # PyAV: writes and reads the small mp4 of marc's video-reader tests
-    "test": ["pytest>=8", "librosa>=0.10", "av>=14", *_TENSORFLOW],
+    # PyAV: writes and reads the small mp4 of marc's video-reader tests. pytest-xdist: the default
+    # suite runs one worker per core (pyproject.toml), each test file in one worker
+    "test": ["pytest>=8", "pytest-xdist>=3.5", "librosa>=0.10", "av>=14", *_TENSORFLOW],
     # reads video files (FFmpeg through PyAV: marc's gpu variant, core/data/video_files.py)
     "video": ["av>=14"],
     # reads tfds audio datasets (LibriTTS: flow2gan's gpu variant)
