@@ -16,11 +16,11 @@ ground-truth renders.
 
 Variants:
   default  the three models at CPU size and the pipeline arms (per-frame relighter, LAV-Traj, LightCtrl
-           with and without LMI / GAR) on 6 clips with shortened samplers: under 2 CPU-minutes
-           (3 to 12 minutes wall on a 2-core machine shared with other jobs).
+           with and without LMI / GAR) on 6 clips with shortened samplers: about 4 CPU-minutes per
+           seed (`study.seeds`, 3 by default, when run by experiments/study.py).
   study    longer training, longer samplers (20 video steps at strength 0.5, 8 relighter steps at
-           0.9; the paper: 25 and 15), all arms (+ SDEdit 0.2 / 0.6, oracle) on 12 clips: about 6.5
-           CPU-minutes (19 minutes wall on the shared machine).
+           0.9; the paper: 25 and 15), all arms (+ SDEdit 0.2 / 0.6, oracle) on 12 clips: about 14
+           CPU-minutes per seed (3 seeds: 45 minutes wall on a shared 2-core machine).
   gpu      the same pipeline at a larger synthetic scale on one accelerator (64x64 renders, 16 frames,
            wider networks, 48 clips); no weights needed.
   paper    the arms on the paper's networks (no training phase): SD-1.5 (Realistic Vision 5.1) VAE,
