@@ -53,8 +53,9 @@ to zero).
 
 Sparsity (`SPARSITY_KINDS`, `sparsity_penalty`): the L1 as written, `(1/B) sum_i ||delta_i||_1` with
 alpha_s = 1 (`l1_sum`), collapses a from-scratch encoder's accuracy, and the per-coordinate mean
-(`l1_mean`, alpha_s / l) is l times weaker; neither makes the delta sparse *relative to its own
-scale* (the probe `sparsity_fraction`), because shrinking every coordinate lowers either. The other
+(`l1_mean`, alpha_s / l) is l times weaker; beside SupCon neither makes the delta sparse *relative
+to its own scale* (the probe `sparsity_fraction`), because shrinking every coordinate lowers either
+(without SupCon `l1_mean` does concentrate it somewhat; docs/results.md). The other
 choices: `l1_schedule` (the summed L1, switched on only once the CE has shaped the delta and ramped to
 full weight at the end of training, `methods/causal_delta/phases.py`), `l1_normalised` (the L1 of the
 unit-norm delta, `||delta||_1 / (sqrt(l) ||delta||_2)` in `[1/sqrt(l), 1]`, which only concentrating
