@@ -168,6 +168,25 @@ def test_silence_leakage_and_quiet_bin_lsd():
   assert float(audio.quiet_bin_lsd(quiet, x, 128, 32)) > 30.0  # quiet half played 60 dB too loud
 
 
+def test_test_set_scores_pool_silence_over_batches_and_score_the_reference_as_perfect():
+  """Outputs of any generator scored against the test set: the reference itself has zero distance
+  and no leakage; outputs 0.003 inside the first batch's silences and 0.004 inside the second's leak
+  the RMS pooled over every silent sample, not the mean of the two batches' levels."""
+  config = tiny_config()
+  config.eval.batch_size = 4
+  data = phases.test_arrays(config)
+  perfect = phases.test_set_scores(config, data["audio"])
+  assert perfect["mel_distance"] == pytest.approx(0.0, abs=1e-6)
+  assert perfect["silence_leakage_dbfs"] == pytest.approx(-200.0)
+  levels = np.where(np.arange(len(data["audio"]))[:, None] < 4, 0.003, 0.004)
+  leaky = np.where(data["silence"], levels, data["audio"]).astype(np.float32)
+  counts = data["silence"][:4].sum(), data["silence"][4:].sum()
+  expected = 10 * np.log10((counts[0] * 0.003**2 + counts[1] * 0.004**2) / sum(counts))
+  scores = phases.test_set_scores(config, leaky)
+  assert scores["silence_leakage_dbfs"] == pytest.approx(expected, abs=1e-3)
+  assert scores["mel_distance"] > 0.0
+
+
 def test_pesq_wideband_ranks_degradations():
   pytest.importorskip("pesq")
   ref = speech_like.segments(0, 0, 2, 8000, 8000)["audio"]  # 1 s at 8 kHz, resampled to 16 kHz

@@ -1,12 +1,18 @@
 """The official-code drivers' own logic (experiments/peers/), without the official checkouts or the
 `peers` extra: reading released settings from a notebook, the notebook's selection rule, the
-synthesis statistics."""
+synthesis statistics; Flow2GAN's flags, checkout check, table and torchaudio stand-in (the last
+only where torch is installed)."""
 
 import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
+from absl import flags
 
+from experiments.peers import flow2gan as flow2gan_peer
 from experiments.peers import regmix
 
 
@@ -49,3 +55,71 @@ def test_synthesis_stats_count_draws_above_the_usage_bound():
   stats = regmix.synthesis_stats(mixtures, prior, max_usage=4.0)
   assert stats["above_usage_bound"] == pytest.approx(2 / 3)  # 1.0 and 0.5 exceed 4 x 0.1
   assert stats["mean_l1_to_prior"] == pytest.approx((0 + 1.8 + 0.8) / 3)
+
+
+def _flow2gan_flags(argv):
+  values = flags.FlagValues()
+  flow2gan_peer.define_flags(values)
+  values(["flow2gan.py", *argv])
+  return values
+
+
+def test_flow2gan_flags_parse_and_the_checkout_flag_is_required():
+  values = _flow2gan_flags(["--official_repo=/somewhere", "--seeds=0,1", "--gan_steps=0"])
+  assert values.official_repo == "/somewhere"
+  assert values.seeds == ["0", "1"] and values.gan_steps == 0 and values.flow_steps == 600
+  with pytest.raises(flags.IllegalFlagValueError, match="official_repo"):
+    _flow2gan_flags(["--seeds=0"])
+
+
+def test_flow2gan_driver_rejects_a_path_that_is_not_a_checkout_in_one_line(tmp_path):
+  script = os.path.join(os.path.dirname(flow2gan_peer.__file__), "flow2gan.py")
+  run = subprocess.run(
+    [sys.executable, script, f"--official_repo={tmp_path}"], capture_output=True, text=True
+  )
+  assert run.returncode != 0
+  lines = run.stderr.strip().splitlines()
+  assert len(lines) == 1 and "--official_repo" in lines[0] and str(tmp_path) in lines[0]
+  (tmp_path / "flow2gan" / "models").mkdir(parents=True)
+  (tmp_path / "flow2gan" / "models" / "generator.py").write_text("")
+  assert flow2gan_peer.check_checkout(str(tmp_path)) == str(tmp_path)
+
+
+def _side(mel, speed):
+  row = {"mel_distance": mel, "silence_leakage_dbfs": -50.0, "quiet_bin_lsd": 15.0}
+  return {"generators": {"fm_1step": {**row, "mr_stft_distance": 5.0, "samples_per_second": speed}}}
+
+
+def test_flow2gan_table_gives_means_and_the_speed_ratio_per_seed():
+  seeds = [
+    {"official": _side(20.0, 1000.0), "ours": _side(21.0, 3000.0)},
+    {"official": _side(22.0, 2000.0), "ours": _side(23.0, 6000.0)},
+  ]
+  table = flow2gan_peer.markdown(seeds)
+  assert "| fm_1step | official | 21.00 ± 12.71 |" in table  # t(0.975, 1) * 1.414 / 1.414
+  assert "| fm_1step | 3.00 ± 0.00 |" in table  # the ratio of each seed, then their mean
+  assert "1.50 ± 6.35k" in table  # official samples/s in thousands
+
+
+def test_flow2gan_torchaudio_stand_in_matches_our_filterbanks_and_spectrogram():
+  torch = pytest.importorskip("torch")
+  from core import audio
+
+  stand_in = flow2gan_peer._torchaudio_stand_in()
+  for sr, n_fft, n_mels in ((8000, 256, 32), (24000, 1024, 100)):
+    mel = stand_in.functional.melscale_fbanks(n_fft // 2 + 1, 0.0, sr / 2, n_mels, sr).numpy()
+    np.testing.assert_allclose(mel, audio.mel_filterbank(sr, n_fft, n_mels), atol=1e-5)
+    lin = stand_in.functional.linear_fbanks(n_fft // 2 + 1, 0.0, sr / 2, 64, sr).numpy()
+    np.testing.assert_allclose(lin, audio.linear_filterbank(sr, n_fft, 64), atol=1e-5)
+  x = np.random.default_rng(0).normal(size=(2, 1000)).astype(np.float32)
+  spec = stand_in.transforms.Spectrogram(n_fft=128, hop_length=32, power=None)(torch.tensor(x))
+  np.testing.assert_allclose(  # ours is (frames, bins), torchaudio's (bins, frames)
+    spec.numpy().transpose(0, 2, 1), np.asarray(audio.stft(x, 128, 32)), atol=2e-4
+  )
+  mel = stand_in.transforms.MelSpectrogram(8000, 256, hop_length=64, n_mels=32, power=1)
+  np.testing.assert_allclose(
+    mel(torch.tensor(x)).numpy().transpose(0, 2, 1),
+    np.asarray(audio.mel_spectrogram(x, 8000, 256, 64, 32)),
+    rtol=1e-3,
+    atol=1e-4,
+  )

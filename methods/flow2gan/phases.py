@@ -442,19 +442,20 @@ def jitted_metrics(config):
   return jax.jit(metrics)
 
 
-def quality(config, params, num_steps: int, rng, codec=None) -> tuple[dict[str, float], np.ndarray]:
-  """Metrics of one generator over the test set (fixed noise per batch), and its first outputs.
-  `pesq` (wideband, `core.audio.pesq_wideband`) is the mean over the segments PESQ can score, and is
-  there only when the optional `pesq` package is installed."""
+def test_set_scores(config, outputs: np.ndarray) -> dict[str, float]:
+  """Metrics of generated `outputs (num_test, T)` against the test set, `eval.batch_size` clips at a
+  time: mel and MR-STFT distance and quiet-bin LSD (batch means), silence leakage (the output's
+  energy pooled over every reference's exact-zero samples, in dBFS). `pesq` (wideband,
+  `core.audio.pesq_wideband`) is the mean over the segments PESQ can score, and is there only when
+  the optional `pesq` package is installed."""
   data = test_arrays(config)
-  fn, metric_fn = jitted_generator(config, num_steps), jitted_metrics(config)
-  rows, first, pesq = [], None, []
+  metric_fn = jitted_metrics(config)
+  rows, pesq = [], []
   size = config.eval.batch_size
-  for i, start in enumerate(range(0, len(data["audio"]), size)):
+  for start in range(0, len(data["audio"]), size):
     real = jnp.asarray(data["audio"][start : start + size])
     silence = jnp.asarray(data["silence"][start : start + size], jnp.float32)
-    fake = fn(params, codec, real, jax.random.fold_in(rng, i))
-    first = np.asarray(fake) if first is None else first
+    fake = jnp.asarray(outputs[start : start + size])
     rows.append(jax.device_get(metric_fn(real, fake, silence)))
     if audio.PESQ_AVAILABLE:
       pesq.append(audio.pesq_wideband(np.asarray(real), np.asarray(fake), config.data.sample_rate))
@@ -468,7 +469,21 @@ def quality(config, params, num_steps: int, rng, codec=None) -> tuple[dict[str, 
     scores = np.concatenate(pesq)
     scored = scores[np.isfinite(scores)]
     out["pesq"] = float(scored.mean()) if scored.size else float("nan")
-  return out, first
+  return out
+
+
+def quality(config, params, num_steps: int, rng, codec=None) -> tuple[dict[str, float], np.ndarray]:
+  """`test_set_scores` of one generator (fixed noise per batch), and its first outputs."""
+  data = test_arrays(config)["audio"]
+  fn = jitted_generator(config, num_steps)
+  size = config.eval.batch_size
+  fakes = [
+    np.asarray(
+      fn(params, codec, jnp.asarray(data[start : start + size]), jax.random.fold_in(rng, i))
+    )
+    for i, start in enumerate(range(0, len(data), size))
+  ]
+  return test_set_scores(config, np.concatenate(fakes)), fakes[0]
 
 
 def speed(config, params, num_steps: int, codec=None) -> dict[str, float]:
