@@ -1,7 +1,8 @@
 """The official-code drivers' own logic (experiments/peers/), without the official checkouts or the
 `peers` extra: reading released settings from a notebook, the notebook's selection rule, the
-synthesis statistics; Flow2GAN's flags, checkout check, table and torchaudio stand-in (the last
-only where torch is installed)."""
+synthesis statistics; Flow2GAN's flags, checkout check, table and torchaudio stand-in; the AR-buffer
+driver's flags, its checkout check, the official training prefixes and its dense stand-in for
+flex_attention (the torch parts only where torch is installed)."""
 
 import json
 import os
@@ -12,8 +13,10 @@ import numpy as np
 import pytest
 from absl import flags
 
+from experiments.peers import ar_buffer, regmix
 from experiments.peers import flow2gan as flow2gan_peer
-from experiments.peers import regmix
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _notebook(tmp_path, cells):
@@ -123,3 +126,69 @@ def test_flow2gan_torchaudio_stand_in_matches_our_filterbanks_and_spectrogram():
     rtol=1e-3,
     atol=1e-4,
   )
+
+
+def _ar_buffer_flags(argv):
+  flag_values = flags.FlagValues()
+  ar_buffer.define_flags(flag_values)
+  flag_values(["ar_buffer.py", *argv])
+  return flag_values
+
+
+def test_ar_buffer_flags_parse_and_require_the_checkout(tmp_path):
+  values = _ar_buffer_flags(
+    [f"--official_repo={tmp_path}", "--seeds=3,4", "--steps=7", "--context_sizes=64,128"]
+  )
+  assert (values.seeds, values.steps, values.context_sizes) == (["3", "4"], 7, ["64", "128"])
+  assert values.official_repo == str(tmp_path) and values.ours_visible == "ours"
+  with pytest.raises(flags.IllegalFlagValueError, match="official_repo"):
+    _ar_buffer_flags(["--steps=7"])
+
+
+def test_ar_buffer_driver_names_official_repo_in_one_line_when_the_path_is_no_checkout(tmp_path):
+  (tmp_path / "ar_tabpfn" / "model").mkdir(parents=True)
+  (tmp_path / "ar_tabpfn" / "model" / "model.py").write_text("")
+  run = subprocess.run(
+    [sys.executable, "experiments/peers/ar_buffer.py", f"--official_repo={tmp_path}"],
+    cwd=ROOT,
+    capture_output=True,
+    text=True,
+    timeout=120,
+  )
+  message = run.stderr.strip()
+  assert run.returncode != 0 and "\n" not in message, run.stderr
+  assert message.startswith("error: --official_repo: ")
+  assert "no ar_tabpfn/model/inference.py" in message  # the first file the partial checkout lacks
+
+
+def test_ar_buffer_sizes_the_official_mask_cannot_take_are_named():
+  values = _ar_buffer_flags(["--official_repo=x", "--num_targets=24", "--buffer_size=16"])
+  with pytest.raises(
+    SystemExit, match="--num_targets=24 must be a multiple of 2 \\* --buffer_size"
+  ):
+    ar_buffer.validate(values)
+
+
+def test_official_visible_prefixes_follow_the_chunked_row_mask():
+  # create_row_mask: target chunks of K = 2; the first half (4 of 8 targets) see buffer <= offset
+  visible = ar_buffer.official_visible(batch=3, num_targets=8, num_buffer=2)
+  assert visible.shape == (3, 8)
+  np.testing.assert_array_equal(visible[1], [1, 2, 1, 2, 0, 0, 0, 0])
+
+
+@pytest.mark.slow  # compiles torch's flex_attention on the CPU: minutes
+def test_dense_flex_attention_matches_flex_attention_on_the_buffer_pattern():
+  torch = pytest.importorskip("torch")
+  flex = pytest.importorskip("torch.nn.attention.flex_attention")
+  n_ctx, length = 5, 13
+
+  def mask_mod(b, h, q_idx, kv_idx):  # context for all, then causal (a buffer-like pattern)
+    return (kv_idx < n_ctx) | ((q_idx >= kv_idx) & (q_idx >= n_ctx))
+
+  block_mask = flex.create_block_mask(mask_mod, None, None, length, length, device="cpu")
+  q, k, v = torch.randn(3, 2, 2, length, 8, generator=torch.Generator().manual_seed(0))
+  dense = ar_buffer.dense_flex_attention(q, k, v, block_mask=block_mask)
+  expected = flex.flex_attention(q, k, v, block_mask=block_mask)
+  torch.testing.assert_close(dense, expected, atol=1e-5, rtol=1e-5)
+  unmasked = ar_buffer.dense_flex_attention(q, k, v)
+  assert (unmasked - expected).abs().max() > 1e-2  # the mask matters on these inputs
