@@ -10,11 +10,11 @@ Variants:
   default  two-modality synthetic data (semantic and noise dimensions), incoherence delta in {0, 2},
            3 seeds vmapped; IF, LF and IID (`full`) as three phases, each replicate evaluated at its
            best-validation weights and at its final weights; 1:46 wall on 2 shared CPU cores.
-  study    experiments/study.py, 18 arms of 5 deltas {0, .5, 1, 2, 4} x 5 seeds (vmapped in each arm):
+  study    experiments/study.py, 24 arms of 5 deltas {0, .5, 1, 2, 4} x 5 seeds (vmapped in each arm):
            lf, if, concat, if_ic, if_dc, full, with both signs of the informatic constraint's
-           unimodal term (`*_neg`), if_ic[_neg] at alpha {.01, .1, 1}, if_dc at beta {.1, 1}, and
-           an affine-only incoherence check; one figure. 364 CPU-seconds (16 min wall on 2 cores
-           shared at load ~13; about 5 min idle).
+           unimodal term (`*_neg`), if_ic[_neg] at alpha {.01, .1, 1}, if_dc at beta {.1, 1}, an
+           affine-only incoherence check, and lf / if / full with IID-Q and IID-P fusion weights
+           (`*_q`, `*_p`); one figure. About 20 CPU-minutes.
   gpu      paper scale on a real two-modality benchmark: tfds `so2sat/all` (Sentinel-1 SAR and
            Sentinel-2 multispectral 32x32 patches, 17 local-climate-zone classes), prepared as
            array_record in --config.data.data_dir (never downloaded; the run stops at validation with
