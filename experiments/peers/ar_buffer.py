@@ -557,18 +557,9 @@ def run_seed(values, seed: int, official, tasks) -> dict:
   return result
 
 
-def interval(values) -> str:
-  import numpy as np
-  from scipy import stats
-
-  values = np.asarray(values, np.float64)
-  if len(values) < 2:
-    return f"{values.mean():.3f}"
-  half = stats.t.ppf(0.975, len(values) - 1) * values.std(ddof=1) / np.sqrt(len(values))
-  return f"{values.mean():.3f} ± {half:.3f}"
-
-
 def markdown(seeds: list[dict], oracle: dict) -> str:
+  from experiments.peers import interval
+
   lines = [
     f"{len(seeds)} seeds; joint LL per target (nats), mean ± 95% t-interval over seeds",
     "",

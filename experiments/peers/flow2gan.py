@@ -602,17 +602,6 @@ def run_ours(config, seed: int) -> dict:
 # ---------------------------------------------------------------------------------------------------
 
 
-def interval(values) -> str:
-  import numpy as np
-  from scipy import stats
-
-  values = np.asarray(values, np.float64)
-  if len(values) < 2:
-    return f"{values.mean():.2f}"
-  half = stats.t.ppf(0.975, len(values) - 1) * values.std(ddof=1) / np.sqrt(len(values))
-  return f"{values.mean():.2f} ± {half:.2f}"
-
-
 METRICS = (
   ("mel_distance", "mel distance"),
   ("silence_leakage_dbfs", "silence leakage (dBFS)"),
@@ -622,6 +611,11 @@ METRICS = (
 
 
 def markdown(seeds: list[dict]) -> str:
+  from experiments.peers import interval as _interval
+
+  def interval(values):
+    return _interval(values, digits=2)
+
   sides = [s for s in ("official", "ours") if s in seeds[0]]
   names = list(seeds[0][sides[0]]["generators"])
   lines = [

@@ -266,22 +266,9 @@ def run_seed(values, seed: int, synthesis, hyper_params) -> dict:
   return result
 
 
-def interval(values) -> str:
-  import numpy as np
-  from scipy import stats
-
-  values = np.asarray(values, np.float64)
-  undefined = int(np.sum(~np.isfinite(values)))
-  values = values[np.isfinite(values)]
-  if undefined:
-    return (interval(values) if len(values) else "-") + f" ({undefined} undefined)"
-  if len(values) < 2:
-    return f"{values.mean():.3f}"
-  half = stats.t.ppf(0.975, len(values) - 1) * values.std(ddof=1) / np.sqrt(len(values))
-  return f"{values.mean():.3f} ± {half:.3f}"
-
-
 def markdown(seeds: list[dict]) -> str:
+  from experiments.peers import interval
+
   names = {
     "official/official": "official: LightGBM + notebook selection",
     "ours/ours": "ours: smoother + our selection",
