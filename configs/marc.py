@@ -16,9 +16,10 @@ Variants:
   default  EventWorld videos of 16 frames; a 3-block width-64 VLM; the teacher, the retriever and
            the MARC student (VMR + merge to 2 frames = 8 of 64 tokens, C-GRPO); a few minutes on
            2 CPU cores.
-  study    the same with the teacher trained longer and every student: SFT, vanilla GRPO, C-GRPO
-           without VMR, MARC at tau 0.4 / 0.6 / 0.8; zero-shot arms (teacher on full, retrieved,
-           merged, uniformly subsampled input); ~15 minutes on 2 CPU cores.
+  study    the same with the teacher trained longer (3000 steps) and every student: SFT, vanilla
+           GRPO, C-GRPO without VMR, MARC at tau 0.4 / 0.6 / 0.8 and rewarded against the
+           teacher's answers; zero-shot and diagnostic arms (teacher on full, retrieved, true-event,
+           merged, uniformly subsampled input; the top-k sweep); ~25 minutes per seed on 2 cores.
   gpu      the paper's scale (Qwen2.5-VL-3B teacher and student, 64 frames, Video-R1 data, G = 8):
            names its weights (`model.checkpoint`: config.json, *.safetensors, tokenizer.json) and
            data (`data.data_dir` holding `data.qa_file` and the videos it names). Phases
