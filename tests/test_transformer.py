@@ -197,7 +197,8 @@ def test_bad_arguments_are_named():
     attn.attention(q, k, v, implementation="flash")
   if jax.default_backend() == "cpu":
     with pytest.raises(
-      ValueError, match="'cudnn' is not available on backend 'cpu'; available: xla, chunked, reference"
+      ValueError,
+      match="'cudnn' is not available on backend 'cpu'; available: xla, chunked, reference",
     ):
       attn.attention(q, k, v, implementation="cudnn")
   with pytest.raises(ValueError, match=r"k must have shape \(1, \*, \*, 8\), got \(1, 4, 2, 4\)"):
