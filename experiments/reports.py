@@ -1,6 +1,6 @@
 """Writes a study's report (results.json, results.md with a Markdown table) and the artifacts of runs and
 studies: PNG figures, WAV examples, GIF clips. The report's tables and figures are built with
-`methods/reports.py`."""
+the helpers of `methods/base.py`."""
 
 from __future__ import annotations
 
@@ -13,8 +13,7 @@ from absl import logging
 
 from core.data import gif, wav
 from experiments.metrics import to_json_number
-from methods.base import Report
-from methods.reports import format_cell, markdown_table
+from methods.base import Report, format_cell, markdown_table
 
 
 def _json_default(value):

@@ -42,12 +42,13 @@ from methods.base import (
   Method,
   Phase,
   Report,
+  figure_grid,
+  interval_cell,
   require,
   require_choice,
   require_positive_int,
   with_changes,
 )
-from methods.reports import figure_grid, interval_cell
 
 LEARNERS = ("plugin", "dr", "r", "backdoor")
 EXTERNAL = ("econml", "doubleml", "fdcate")

@@ -207,7 +207,7 @@ def test_no_layer_imports_a_layer_above_it():
   ]
   assert not found, (
     "core/ and kernels/ import neither methods/ nor experiments/, and methods/ never imports "
-    "experiments/ (study tables and figures: methods/reports.py):\n" + "\n".join(found)
+    "experiments/ (study tables and figures: methods/base.py):\n" + "\n".join(found)
   )
 
 

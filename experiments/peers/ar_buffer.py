@@ -558,7 +558,7 @@ def run_seed(values, seed: int, official, tasks) -> dict:
 
 
 def markdown(seeds: list[dict], oracle: dict) -> str:
-  from experiments.peers import interval
+  from methods.base import t_interval_cell as interval
 
   lines = [
     f"{len(seeds)} seeds; joint LL per target (nats), mean ± 95% t-interval over seeds",

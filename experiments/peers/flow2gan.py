@@ -611,10 +611,10 @@ METRICS = (
 
 
 def markdown(seeds: list[dict]) -> str:
-  from experiments.peers import interval as _interval
+  from methods.base import t_interval_cell
 
   def interval(values):
-    return _interval(values, digits=2)
+    return t_interval_cell(values, digits=2)
 
   sides = [s for s in ("official", "ours") if s in seeds[0]]
   names = list(seeds[0][sides[0]]["generators"])

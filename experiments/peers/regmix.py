@@ -267,7 +267,7 @@ def run_seed(values, seed: int, synthesis, hyper_params) -> dict:
 
 
 def markdown(seeds: list[dict]) -> str:
-  from experiments.peers import interval
+  from methods.base import t_interval_cell as interval
 
   names = {
     "official/official": "official: LightGBM + notebook selection",

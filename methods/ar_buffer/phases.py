@@ -23,8 +23,7 @@ from absl import logging
 from core import neural_process as tnp
 from core import optim
 from core.data import gp_tasks, sawtooth
-from methods.base import Phase, cached_per_config
-from methods.reports import figure_grid
+from methods.base import Phase, cached_per_config, figure_grid
 
 # ---------------------------------------------------------------------------------------------------
 # Model, prior, optimiser

@@ -8,8 +8,14 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from methods.base import Report, with_changes
-from methods.reports import figure_grid, interval_cell, markdown_table, mean_std_cell
+from methods.base import (
+  Report,
+  figure_grid,
+  interval_cell,
+  markdown_table,
+  mean_std_cell,
+  with_changes,
+)
 
 GAP_TOLERANCE = 0.05  # nats/target: "buffer close to re-encoding"
 # "well above independent marginals": the buffer recovers at least this share of the oracle's own

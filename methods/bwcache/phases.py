@@ -18,8 +18,7 @@ from core.data import videos
 from core.nn import dit_convert, precision
 from core.nn.dit import VideoDiT
 from core.nn.dit import blockwise as dit_blockwise
-from methods.base import ConfigError, Phase, cached_per_config
-from methods.reports import figure_grid
+from methods.base import ConfigError, Phase, cached_per_config, figure_grid
 
 DATA_RANGE = 2.0  # videos live in [-1, 1]
 

@@ -8,9 +8,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from methods.base import Report
+from methods.base import Report, figure_grid
 from methods.bwcache.phases import READINGS, grid_key, validation_key
-from methods.reports import figure_grid
 
 COLUMNS = (
   "arm",

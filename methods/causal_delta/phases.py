@@ -519,7 +519,7 @@ def example_figure(config, state, title: str = ""):
 
 def example_figure_from(config, results: dict, title: str = ""):
   """The example figure from an arm's results (`example_prediction_comp`, `projection_*`)."""
-  from methods.reports import figure_grid
+  from methods.base import figure_grid
 
   splits = load_splits(config.data)
   k = config.eval.num_examples

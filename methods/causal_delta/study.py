@@ -28,9 +28,8 @@ import numpy as np
 from scipy import stats
 
 from core.data import shape_triplets as triplets
-from methods.base import Report, with_changes
+from methods.base import Report, figure_grid, interval_cell, mean_std_cell, with_changes
 from methods.causal_delta import phases as phases_lib
-from methods.reports import figure_grid, interval_cell, mean_std_cell
 
 _CE_ONLY = dict(loss__supcon=0.0, loss__sparsity=0.0)
 ARM_FIELDS = {

@@ -14,8 +14,7 @@ import optax
 from core import dcd_constructions, optim
 from core.data import groups as groups_lib
 from core.nn import precision, ssm
-from methods.base import ConfigError, Phase, cached_per_config, config_key
-from methods.reports import figure_grid
+from methods.base import ConfigError, Phase, cached_per_config, config_key, figure_grid
 
 SCAN_IMPLEMENTATIONS = ("auto", "pallas", "xla", "sequential")
 INITS = ("random", "construction")

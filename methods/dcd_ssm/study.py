@@ -12,8 +12,7 @@ import numpy as np
 
 from core import dcd_constructions
 from core.data import groups as groups_lib
-from methods.base import Report, with_changes
-from methods.reports import figure_grid, markdown_table
+from methods.base import Report, figure_grid, markdown_table, with_changes
 
 KIND_LABELS = {
   "aussm": "AUSSM",

@@ -17,9 +17,8 @@ import numpy as np
 
 from core.attacks import ATTACKS
 from core.data.spikes import PERTURBATIONS
-from methods.base import Report, with_changes
+from methods.base import Report, figure_grid, mean_std_cell, with_changes
 from methods.dgn_snn.phases import RANDOM_FAMILIES, perturbation_grid
-from methods.reports import figure_grid, mean_std_cell
 
 MAIN = "dgn"  # the arm that carries the variance check and the headline numbers
 SECOND_DATA_STEPS = {"mnist1d": 80}  # time steps of the second data set's spike trains

@@ -13,8 +13,7 @@ from collections.abc import Mapping
 import ml_collections
 import numpy as np
 
-from methods.base import Report, with_changes
-from methods.reports import figure_grid, interval_cell, markdown_table
+from methods.base import Report, figure_grid, interval_cell, markdown_table, with_changes
 
 E1_PROGRAMS = ("revision", "remasking", "monotone_chain")
 TREES = ("monotone", "revision", "remasking")

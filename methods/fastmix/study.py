@@ -23,8 +23,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from methods.base import Report, with_changes
-from methods.reports import figure_grid, interval_cell
+from methods.base import Report, figure_grid, interval_cell, with_changes
 
 MARKOV_ARMS = (
   "fastmix",

@@ -23,8 +23,7 @@ from collections.abc import Mapping, Sequence
 import ml_collections
 import numpy as np
 
-from methods.base import Report, with_changes
-from methods.reports import figure_grid, markdown_table, mean_std_cell
+from methods.base import Report, figure_grid, markdown_table, mean_std_cell, with_changes
 
 ARMS = {  # study method name -> (model.kind, model.num_layers, model.graph, fgl.scores)
   "mlp": ("mlp", 2, "base", "estimator"),

@@ -545,7 +545,7 @@ def waveforms(config, examples: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 def spectrogram_figure(config, examples: dict[str, np.ndarray]):
   """Log-magnitude spectrograms of the first test segment: reference and every generator; the
   reference's digital silence is marked under its panel."""
-  from methods.reports import figure_grid
+  from methods.base import figure_grid
 
   data = test_arrays(config)
   panels = [("reference", data["audio"][0]), *[(k, v[0]) for k, v in examples.items()]]

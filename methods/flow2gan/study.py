@@ -25,8 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from methods.base import Report, with_changes
-from methods.reports import figure_grid
+from methods.base import Report, figure_grid, with_changes
 
 METRICS = ("mel_distance", "mr_stft_distance", "silence_leakage_dbfs", "quiet_bin_lsd")
 METRICS_PLOTTED = ("mel_distance", "silence_leakage_dbfs", "quiet_bin_lsd")

@@ -10,9 +10,8 @@ from collections.abc import Mapping
 import ml_collections
 import numpy as np
 
-from methods.base import Report, with_changes
+from methods.base import Report, figure_grid, interval_cell, with_changes
 from methods.if_mml.phases import MODELS, REPLICATES
-from methods.reports import figure_grid, interval_cell
 
 WEIGHTING_SUFFIX = {"energy": "q", "pdf": "p"}  # IID-Q, IID-P
 

@@ -18,9 +18,8 @@ from collections.abc import Mapping
 import ml_collections
 import numpy as np
 
-from methods.base import Report, with_changes
+from methods.base import Report, figure_grid, with_changes
 from methods.kernel_ppo.phases import curve_of
-from methods.reports import figure_grid
 
 
 def _tau_name(tau: float) -> str:

@@ -16,8 +16,7 @@ import numpy as np
 import optax
 
 from core import rkhs, rl
-from methods.base import Phase, cached_per_config, with_changes
-from methods.reports import figure_grid
+from methods.base import Phase, cached_per_config, figure_grid, with_changes
 
 ALGORITHMS = ("nn_npg", "rff_npg", "exact_npg", "ppo")
 KERNEL_ALGORITHMS = ("rff_npg", "exact_npg")

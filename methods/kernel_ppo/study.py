@@ -10,10 +10,9 @@ from collections.abc import Mapping
 import ml_collections
 import numpy as np
 
-from methods.base import Report, with_changes
+from methods.base import Report, figure_grid, with_changes
 from methods.kernel_ppo.mechanism import mechanism_arms, mechanism_report
 from methods.kernel_ppo.phases import band, curve_of
-from methods.reports import figure_grid
 
 EXPERIMENTS = ("schedules", "acrobot_mechanism")
 

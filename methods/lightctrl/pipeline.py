@@ -25,10 +25,9 @@ import numpy as np
 
 from core import relight_metrics, relighting
 from core.data import gif, lambertian
-from methods.base import EvaluationChunks, Phase, cached_per_config
+from methods.base import EvaluationChunks, Phase, cached_per_config, figure_grid
 from methods.lightctrl import models as P
 from methods.lightctrl import paper
-from methods.reports import figure_grid
 
 FUSION_ARMS = {  # arm: (LMI, GAR)
   "lav_traj": (0.0, 0.0),

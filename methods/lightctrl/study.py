@@ -10,8 +10,7 @@ from collections.abc import Mapping
 import numpy as np
 from scipy import stats
 
-from methods.base import Report, with_changes
-from methods.reports import figure_grid, interval_cell
+from methods.base import Report, figure_grid, interval_cell, with_changes
 
 COLUMNS = (
   ("psnr", "PSNR (dB)", 1.0, 2),

@@ -10,10 +10,9 @@ import ml_collections
 import numpy as np
 
 from core.data import eventworld
-from methods.base import Report, with_changes
+from methods.base import Report, figure_grid, mean_std_cell, with_changes
 from methods.marc.evaluation import arms_of, main_arm
 from methods.marc.inputs import tokens_per_frame
-from methods.reports import figure_grid, mean_std_cell
 
 SUMMARY_KEYS = (
   "accuracy",

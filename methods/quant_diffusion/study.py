@@ -10,10 +10,10 @@ import numpy as np
 
 from methods.base import (
   Report,
+  figure_grid,
   with_changes,
 )
 from methods.quant_diffusion.phases import KINDS
-from methods.reports import figure_grid
 
 # ---------------------------------------------------------------------------------------------------
 # Study: QDPM vs the VDM-style discrete model vs the dequantized model, same data and backbone

@@ -12,8 +12,14 @@ from collections.abc import Mapping
 import ml_collections
 import numpy as np
 
-from methods.base import ConfigError, Report, with_changes
-from methods.reports import figure_grid, interval_cell, mean_std_cell
+from methods.base import (
+  ConfigError,
+  Report,
+  figure_grid,
+  interval_cell,
+  mean_std_cell,
+  with_changes,
+)
 
 PROBES = (
   ("next_state_id", "next-state id %"),

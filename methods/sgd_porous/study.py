@@ -15,8 +15,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from core import slt
-from methods.base import Report, with_changes
-from methods.reports import figure_grid, interval_cell, markdown_table
+from methods.base import Report, figure_grid, interval_cell, markdown_table, with_changes
 from methods.sgd_porous import toys
 
 ARM_SETS = ("toys", "toy_sizes", "digits_sgd", "digits_adam", "moons", "sweep")

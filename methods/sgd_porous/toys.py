@@ -30,8 +30,7 @@ import numpy as np
 
 from core import slt
 from core.data import slt as slt_data
-from methods.base import Phase, cached_per_config
-from methods.reports import figure_grid
+from methods.base import Phase, cached_per_config, figure_grid
 
 
 class Group(NamedTuple):

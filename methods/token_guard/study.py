@@ -9,8 +9,7 @@ import ml_collections
 import numpy as np
 
 from core.data import factual_world
-from methods.base import Report, with_changes
-from methods.reports import figure_grid, interval_cell, mean_std_cell
+from methods.base import Report, figure_grid, interval_cell, mean_std_cell, with_changes
 
 AUROC_KEYS = ("auroc_token_score", "auroc_probability", "auroc_cosine", "auroc_segment_score")
 AUROC_KEYS += ("auroc_chain_global",)

@@ -9,8 +9,7 @@ from collections.abc import Mapping
 import ml_collections
 import numpy as np
 
-from methods.base import Report
-from methods.reports import figure_grid, interval_cell
+from methods.base import Report, figure_grid, interval_cell
 from methods.w2s.regression import ETA_T_LABELS, _key
 
 # ---------------------------------------------------------------------------------------------------
