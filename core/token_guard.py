@@ -684,30 +684,36 @@ def _refine_segments(
     if not bool(jnp.any(need)):
       break
     segment = jnp.maximum(scores.num_segments - 1, 0)
-    key = jax.random.fold_in(rng, attempt)
-    new_chain, new_lengths, rewritten, tried = rewrite(
+    (chain, lengths), scores, cost = _rewrite_where_it_scores_higher(
       decoder,
       guard,
-      prompts,
-      plens,
-      chain,
-      lengths,
+      thresholds,
+      (prompts, plens),
+      (chain, lengths),
       scores,
-      segment,
-      need,
-      key,
-      refine,
-      guard.segment_length,
+      (segment, need, jax.random.fold_in(rng, attempt)),
+      (refine, guard.segment_length, None),
+      lambda s: _last(s.segment, s.num_segments),
     )
-    new_scores = decoder.score(prompts, plens, new_chain, new_lengths, thresholds, guard)
-    passes += np.asarray(need * (2 + rewritten))
-    better = tried & (
-      _last(new_scores.segment, new_scores.num_segments)
-      > _last(scores.segment, scores.num_segments)
-    )
-    chain, lengths = _where_rows(better, (new_chain, new_lengths), (chain, lengths))
-    scores = _where_rows(better, new_scores, scores)
+    passes += cost
   return (chain, lengths), scores
+
+
+def _rewrite_where_it_scores_higher(
+  decoder, guard, thresholds, prompt, cand, scores, target, draw, score_of
+):
+  """One refinement attempt, shared by the local (Eq. 10) and global iterations: rewrite segment
+  `target = (segment, need, key)` (`rewrite`, drawn with `draw = (sampling, suffix_tokens,
+  suffix_stops)`), rescore, and keep the rewrite on the rows where `score_of` rises. Returns the kept
+  candidates, their scores and the forward passes spent per row."""
+  (prompts, plens), (chain, lengths), (segment, need, key) = prompt, cand, target
+  new_chain, new_lengths, rewritten, tried = rewrite(
+    decoder, guard, prompts, plens, chain, lengths, scores, segment, need, key, *draw
+  )
+  new_scores = decoder.score(prompts, plens, new_chain, new_lengths, thresholds, guard)
+  better = tried & (score_of(new_scores) > score_of(scores))
+  kept = _where_rows(better, (new_chain, new_lengths), (chain, lengths))
+  return kept, _where_rows(better, new_scores, scores), np.asarray(need * (2 + rewritten))
 
 
 def token_guard_decode(
@@ -867,26 +873,17 @@ def _global_iteration(decoder, guard, thresholds, prompts, plens, chain, lengths
       break
     masked = jnp.where(scores.segment_valid, scores.segment, jnp.inf)
     worst = jnp.argmin(masked, axis=1).astype(jnp.int32)
-    key = jax.random.fold_in(rng, 20_000 + attempt)
-    new_chain, new_lengths, rewritten, tried = rewrite(
+    (chain, lengths), scores, cost = _rewrite_where_it_scores_higher(
       decoder,
       guard,
-      prompts,
-      plens,
-      chain,
-      lengths,
+      thresholds,
+      (prompts, plens),
+      (chain, lengths),
       scores,
-      worst,
-      need,
-      key,
-      sampling,
-      decoder.width,
-      (decoder.eos_id,),
+      (worst, need, jax.random.fold_in(rng, 20_000 + attempt)),
+      (sampling, decoder.width, (decoder.eos_id,)),
+      lambda s: s.glob,
     )
-    new_scores = decoder.score(prompts, plens, new_chain, new_lengths, thresholds, guard)
-    passes = passes + np.asarray(need * (2 + rewritten))
-    better = tried & (new_scores.glob > scores.glob)
-    chain, lengths = _where_rows(better, (new_chain, new_lengths), (chain, lengths))
-    scores = _where_rows(better, new_scores, scores)
+    passes = passes + cost
   abstain = (scores.fact < thresholds.tau_abstain) & (scores.logic < thresholds.tau_abstain)
   return chain, lengths, abstain, passes
