@@ -34,6 +34,15 @@ Variants:
            home-screen flag AUC and action accuracy and the agents on novel and updated apps. The
            `cf0_small` arm trains exactly as the study's seed-0 arm. ~33 CPU-minutes fresh (the large
            arm alone 22).
+  flag_mix the experiment that separates the training mix from the model: why is the flag blind to
+           the tutorial at the home screen (AUC ~0.5) when a model of the same size trained only on
+           "does the click match the tutorial" reaches 0.98? Five arms on seed 0, each a named set of
+           config changes (`study.mix_arms`, `study.mix`): `default` (the study's seed-0 training),
+           `flag_only` (`data.objective` "flag_only": the same sequences and model, the loss on the
+           flag alone; the capacity check), `low_dropout` (`data.tutorial_dropout` 0.1),
+           `flag_weighted_cf` (`milestone_weight` 10 and `data.counterfactual_fraction` 1) and
+           `combined` (all three); the home-screen flag AUC and action accuracy per context, the
+           agents and simulation at the last horizon on novel and updated apps, 48 tasks per split.
   gpu      the paper's scale is an LLM world model (Claude-3.7 / Qwen-2.5-VL-72B) on OSWorld and
            WebArena with their tutorial corpora; this variant names a Llama-layout checkpoint
            (`model.checkpoint`) and the folder of the benchmark tasks and tutorials (`data.data_dir`)
@@ -45,13 +54,14 @@ Variants:
   python experiments/study.py --config=configs/rwom.py:agents --workdir=runs/rwom_agents
   python experiments/study.py --config=configs/rwom.py:reward_weighted --workdir=runs/rwom_reward
   python experiments/study.py --config=configs/rwom.py:counterfactual --workdir=runs/rwom_cf
+  python experiments/study.py --config=configs/rwom.py:flag_mix --workdir=runs/rwom_flag_mix
 """
 
 import ml_collections
 
 from configs import common
 
-VARIANTS = ("default", "study", "agents", "reward_weighted", "counterfactual", "gpu")
+VARIANTS = ("default", "study", "agents", "reward_weighted", "counterfactual", "flag_mix", "gpu")
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -89,6 +99,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # environment's next state and flag (exploration data; methods/rwom/phases.py
   # `counterfactual_transitions`); 0 (off) keeps the study's training as measured
   config.data.counterfactual_fraction = 0.0
+  # what the loss trains: "world_model" (the next state, the expert's action and the milestone flag)
+  # or "flag_only" (the same sequences, the flag alone: core/rwom.py `loss_mask`)
+  config.data.objective = "world_model"
 
   config.model = ml_collections.ConfigDict()
   config.model.checkpoint = ""  # gpu: a Llama-layout checkpoint of the LLM world model
@@ -169,6 +182,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.study.large = ml_collections.ConfigDict(
     {"width": 128, "depth": 4, "num_heads": 4, "steps": 1600}
   )
+  # named arms, one per seed of study.seeds (`<name>_seed<seed>`): `study.mix[name]` holds the arm's
+  # config changes as `with_changes` keywords (`data__tutorial_dropout`: 0.1); exclusive with
+  # study.arms and study.milestone_weights
+  config.study.mix_arms = ()
+  config.study.mix = ml_collections.ConfigDict()
 
   config.loop = common.loop_config(log_every=250, checkpoint_every=500)
   common.add_parallelism(config)
@@ -210,6 +228,26 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.eval.agents = ("none", "wm", "rwom", "true_wm", "oracle")
     config.eval.num_tasks = 64
     config.eval.num_agent_tasks = 64
+  if variant == "flag_mix":
+    # is the flag's blindness at the home screen the training mix (half the sequences without a
+    # tutorial, ~4% wrong home-screen clicks, the flag 1 target of 13)? seed 0, test splits only
+    dropout, weighted = {"data__tutorial_dropout": 0.1}, {"milestone_weight": 10.0}
+    weighted["data__counterfactual_fraction"] = 1.0
+    config.study.mix = ml_collections.ConfigDict(
+      {
+        "default": {},
+        "flag_only": {"data__objective": "flag_only"},
+        "low_dropout": dropout,
+        "flag_weighted_cf": weighted,
+        "combined": dropout | weighted,
+      }
+    )
+    config.study.mix_arms = ("default", "flag_only", "low_dropout", "flag_weighted_cf", "combined")
+    config.eval.splits = ("novel", "updated")
+    config.eval.contexts = ("none", "retrieved")
+    config.eval.agents = ("none", "wm", "rwom", "true_wm", "oracle")
+    config.eval.num_tasks = 48
+    config.eval.num_agent_tasks = 48
   if variant == "gpu":
     config.world.num_apps = 256
     config.world.train_apps = 224

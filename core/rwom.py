@@ -16,7 +16,8 @@ with the loss on `state'` and the milestone flag `r` (the world model: future st
 the action `a` where it was the expert's (the model also proposes the imagined continuation of a
 rollout, as an LLM world model does in the paper's LongCoT rollout).
 
-  sequences            token arrays of transitions (`header`, `transition_tokens`), the loss mask.
+  sequences            token arrays of transitions (`header`, `transition_tokens`), the loss mask
+                       (the world model's targets, or the milestone flag alone: `OBJECTIVES`).
   loss                 next-token cross-entropy on the masked positions.
   imagine              Eq. 10, one call for a whole k-step future: a `lax.scan` over steps, each a
                        KV-cached `core.decoding.prefill` + `decode_step` loop that forces the given
@@ -140,14 +141,23 @@ def transition_tokens(ids: mw.TokenIds, state_tokens, action, next_tokens, rewar
   ).astype(jnp.int32)
 
 
-def loss_mask(layout: Layout, is_expert, milestone_weight: float = 1.0) -> np.ndarray:
+OBJECTIVES = ("world_model", "flag_only")  # what the loss trains (`loss_mask`)
+
+
+def loss_mask(
+  layout: Layout, is_expert, milestone_weight: float = 1.0, objective: str = "world_model"
+) -> np.ndarray:
   """float `[..., length - 1]` over next-token targets: the action (where it was the expert's), the
   next state and the milestone flag, the flag weighted by `milestone_weight` (one reward token
-  against eleven state tokens and an action; `loss` normalises by the total weight)."""
+  against eleven state tokens and an action; `loss` normalises by the total weight). With
+  `objective="flag_only"` the action and the next state weigh 0: the loss is the flag's alone."""
+  if objective not in OBJECTIVES:
+    raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
   is_expert = np.asarray(is_expert, np.float32)
   mask = np.zeros(is_expert.shape + (layout.length - 1,), np.float32)
-  mask[..., layout.prompt - 1] = is_expert
-  mask[..., layout.next_state.start - 1 : layout.next_state.stop - 1] = 1.0
+  if objective == "world_model":
+    mask[..., layout.prompt - 1] = is_expert
+    mask[..., layout.next_state.start - 1 : layout.next_state.stop - 1] = 1.0
   mask[..., layout.reward - 1] = milestone_weight
   return mask
 

@@ -4,10 +4,12 @@ one-call rollouts against a cache-free reference, listwise choice, the loop, val
 import functools
 import importlib
 import math
+import types
 
 import chex
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import optax
 import pytest
@@ -498,6 +500,159 @@ def test_run_writes_the_issue_keys_and_report(tmp_path):
   assert "rwom_counterfactual" in report.figures
 
 
+# ---------------------------------------------------------------------------------------------------
+# The training mix of the milestone flag (configs/rwom.py:flag_mix)
+# ---------------------------------------------------------------------------------------------------
+
+
+def _flat(config, prefix=""):
+  """`{dotted field: value}` of every leaf of `config`."""
+  out = {}
+  for key, value in config.items():
+    if isinstance(value, ml_collections.ConfigDict):
+      out.update(_flat(value, f"{prefix}{key}."))
+    else:
+      out[f"{prefix}{key}"] = value
+  return out
+
+
+def test_flag_mix_arms_differ_from_the_default_arm_in_their_listed_fields():
+  config = rwom_config.get_config("flag_mix")
+  arms = dict(rwom_method.study_arms(config))
+  names = ["default", "flag_only", "low_dropout", "flag_weighted_cf", "combined"]
+  assert list(arms) == [f"{name}_seed0" for name in names]
+  default = _flat(arms["default_seed0"])
+  cf = {"milestone_weight": 10.0, "data.counterfactual_fraction": 1.0}
+  expected = {
+    "flag_only": {"data.objective": "flag_only"},
+    "low_dropout": {"data.tutorial_dropout": 0.1},
+    "flag_weighted_cf": cf,
+    "combined": cf | {"data.tutorial_dropout": 0.1},
+  }
+  for name, changes in expected.items():
+    arm = _flat(arms[f"{name}_seed0"])
+    assert set(arm) == set(default), name
+    assert {k: v for k, v in arm.items() if v != default[k]} == changes, name
+  # the default arm trains as the study's seed-0 arm
+  study = dict(rwom_method.study_arms(rwom_config.get_config("study")))["seed0"]
+  for field in ("seed", "world", "retrieval", "data", "model", "optim"):
+    assert arms["default_seed0"][field] == study[field], field
+  for field in ("steps", "batch_size", "milestone_weight"):
+    assert arms["default_seed0"][field] == study[field], field
+  # an arm's config does not depend on its siblings: a finished arm stays finished
+  alone = rwom_config.get_config("flag_mix")
+  alone.study.mix_arms = ("low_dropout",)
+  del alone.study.mix["combined"]
+  (name, arm), *rest = rwom_method.study_arms(alone)
+  assert name == "low_dropout_seed0" and not rest
+  assert arm.to_json() == arms["low_dropout_seed0"].to_json()
+
+
+class _FixedLogits:
+  """A stand-in model that returns its `params` as the logits, so `rwom.loss` sees only targets."""
+
+  def apply(self, params, tokens, mask=None):
+    del tokens, mask
+    return types.SimpleNamespace(logits=params)
+
+
+def test_flag_only_loss_reads_only_the_milestone_flag_target():
+  phases = importlib.import_module("methods.rwom.phases")
+  config = tiny_config()
+  config.data.objective = "flag_only"
+  arrays = phases.train_arrays(config)
+  tokens, mask = jnp.asarray(arrays["tokens"][:32]), jnp.asarray(arrays["mask"][:32])
+  plain = jnp.asarray(phases.train_arrays(tiny_config())["mask"][:32])
+  vocab = int(tokens.max()) + 1
+  logits = jax.random.normal(jax.random.key(0), tokens[:, :-1].shape + (vocab,))
+  loss = lambda t, m: float(rwom.loss(_FixedLogits(), logits, t, m))
+  # every target but the flag (the last token) replaced: the flag-only loss does not move
+  others = tokens.at[:, 1:-1].set(
+    jax.random.randint(jax.random.key(1), tokens[:, 1:-1].shape, 0, vocab)
+  )
+  assert loss(others, mask) == pytest.approx(loss(tokens, mask), rel=1e-6)
+  assert loss(others, plain) != pytest.approx(
+    loss(tokens, plain), rel=1e-3
+  )  # the world model's does
+  zero, one = mw.TokenIds().word("0"), mw.TokenIds().word("1")
+  flipped = tokens.at[:, -1].set(jnp.where(tokens[:, -1] == one, zero, one))
+  assert loss(flipped, mask) != pytest.approx(loss(tokens, mask), rel=1e-3)
+  grads = jax.grad(lambda x: rwom.loss(_FixedLogits(), x, tokens, mask))(logits)
+  by_position = np.asarray(jnp.abs(grads).sum((0, 2)))
+  assert by_position[-1] > 0 and np.all(by_position[:-1] == 0)
+
+
+def test_home_clicks_are_the_four_top_menus_with_one_right_click_per_state():
+  phases = importlib.import_module("methods.rwom.phases")
+  world = importlib.import_module("methods.rwom.world")
+  config = tiny_config()
+  tasks = phases.split_tasks(config, "novel", 6, (1, 2), 7)
+  out = mw.rollouts(world.world_of(config).layouts, tasks, 0, 5 * mw.MAX_TARGETS, 0.0)
+  task, arrays, right = phases.home_clicks(config, tasks, out)
+  states = len(task) // mw.TOP_MENUS
+  assert states >= len(tasks.layout)  # at least every start
+  np.testing.assert_array_equal(right.reshape(states, -1).sum(1), 1)
+  np.testing.assert_array_equal(arrays["reward"][:, 0], right)  # only the expert's is progress
+  state, nxt = arrays["state"][:, 0], arrays["next_state"][:, 0]
+  assert np.all((state[:, 0] == 0) & (state[:, 1] < 0)) and np.all(np.any(nxt != state, 1))
+  menus = arrays["action"][:, 0].reshape(states, -1)
+  assert all(len(set(row)) == mw.TOP_MENUS for row in menus.tolist())
+
+
+def _synthetic_results(config, auc: float) -> dict:
+  """An arm's evaluate() keys the flag_mix report reads, with home flag AUC `auc` (+0.02 on the
+  updated split) and every other value derived from it."""
+  phases = importlib.import_module("methods.rwom.phases")
+  e, out = config.eval, {}
+  for i, split in enumerate(e.splits):
+    for context in ("none", "retrieved", "gold"):
+      out[f"flag_auc_{context}_{split}"] = auc + 0.02 * i
+      out[f"action_accuracy_{context}_{split}"] = auc / 2
+    for agent in e.agents:
+      out[f"success_{agent}_{split}"] = auc / 4 + 0.1 * i
+    for context in e.contexts:
+      out[f"sim_accuracy_{context}_{split}"] = np.linspace(1.0, auc, e.horizon)
+      out[f"full_procedure_{context}_{split}"] = auc / 3
+  return out | phases.headline(config, out)
+
+
+def test_flag_mix_report_has_one_row_per_arm_and_its_figure():
+  config = rwom_config.get_config("flag_mix")
+  aucs = dict(zip(config.study.mix_arms, (0.5, 0.9, 0.6, 0.7, 0.8), strict=True))
+  results = {f"{name}_seed0": _synthetic_results(config, auc) for name, auc in aucs.items()}
+  report = rwom_method.report(config, results)
+  assert [row["arm"] for row in report.rows] == list(config.study.mix_arms)
+  for row, auc in zip(report.rows, aucs.values(), strict=True):
+    assert row["home flag AUC x100 gold"] == f"{100 * (auc + 0.01):.1f} ± 0.0"
+    assert row["home action acc % retrieved"] == f"{50 * auc:.1f} ± 0.0"
+    assert row["success true_wm %"] == f"{100 * (auc / 4 + 0.05):.1f} ± 0.0"
+    assert row[f"sim@{config.eval.horizon} retrieved %"] == f"{100 * auc:.1f} ± 0.0"
+  assert report.summary["flag_auc_none_flag_only"] == pytest.approx(0.91)
+  assert "flag_only" in report.notes
+  axes = report.figures["rwom_flag_mix"].axes
+  heights = sorted(round(p.get_height(), 6) for p in axes[0].patches)
+  assert heights == sorted([round(a + 0.01, 6) for a in aucs.values()] * 3)
+  assert len(axes[1].patches) == len(aucs) * len(config.eval.agents)
+
+
+def test_flag_mix_fields_are_named_when_wrong():
+  config = tiny_config()
+  config.study.mix = ml_collections.ConfigDict({"low": {"data__tutorial_dropout": 0.1}})
+  config.study.mix_arms = ("low",)
+  loop.validate(config, data_devices=1)
+  config.study.arms = ("cf1_small_seed0",)
+  with pytest.raises(ConfigError, match="^config.study.mix_arms: set at most one of"):
+    loop.validate(config, data_devices=1)
+  config.study.arms = ()
+  config.study.mix_arms = ("low", "high")
+  with pytest.raises(ConfigError, match="^config.study.mix_arms: 'high' has no changes"):
+    loop.validate(config, data_devices=1)
+  config.study.mix_arms = ("low",)
+  config.study.mix.low.data__tutorial_dropuot = 0.1
+  with pytest.raises(ConfigError, match="^config.study.mix.low: 'data__tutorial_dropuot' names"):
+    loop.validate(config, data_devices=1)
+
+
 @pytest.mark.parametrize(
   "field, value, message",
   [
@@ -512,6 +667,7 @@ def test_run_writes_the_issue_keys_and_report(tmp_path):
     ("milestone_weight", 0.0, "config.milestone_weight: must be > 0"),
     ("data.counterfactual_fraction", -0.1, r"config.data.counterfactual_fraction: must be in"),
     ("study.arms", ("cf1_medium_seed0",), "config.study.arms: 'cf1_medium_seed0' is not"),
+    ("data.objective", "flag", "config.data.objective: must be one of"),
   ],
 )
 def test_bad_fields_are_named(field, value, message):

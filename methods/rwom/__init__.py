@@ -16,17 +16,19 @@ Map to the paper:
   `judge.py`                    the listwise reward of Eq. 11: a judge over all candidates' rollouts.
   `agents.py`                   no world model, RAG, WoM, R-WoM (listwise judge / absolute / per-
                                 candidate value), the planner on true rollouts, oracle.
-  `study.py`                    one arm per seed; table, summary, figure.
+  `study.py`                    one arm per seed (or weight, explicit arm, named config changes);
+                                table, summary, figure.
 """
 
 from __future__ import annotations
 
 import ml_collections
 
+from core.rwom import OBJECTIVES
 from methods.base import Method, require, require_choice, require_file, require_positive_int
 from methods.rwom.agents import WORLD_MODEL_AGENTS
 from methods.rwom.phases import SPLITS, phases
-from methods.rwom.study import explicit_arm, report, study_arms
+from methods.rwom.study import explicit_arm, mix_arm, report, study_arms
 from methods.rwom.world import CONTEXTS, QUERIES
 
 POSITIVE_FIELDS = (
@@ -91,6 +93,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
     require(0.0 <= value <= 1.0, field, f"must be in [0, 1], got {value}")
   require(w.submenu_prob <= 0.8, "world.submenu_prob", "above 0.8 the apps have too few leaves")
   require_choice(config, "retrieval.query", QUERIES)
+  require_choice(config, "data.objective", OBJECTIVES)
   require(
     config.retrieval.first_stage_k >= config.retrieval.num_chunks,
     "retrieval.first_stage_k",
@@ -144,6 +147,14 @@ def validate(config: ml_collections.ConfigDict) -> None:
   require(not (arms and weights), "study.arms", "set either study.arms or study.milestone_weights")
   for name in arms:
     explicit_arm(config, name)  # names the field for a malformed arm
+  mix = tuple(config.study.get("mix_arms", ()))
+  require(
+    not (mix and (arms or weights)),
+    "study.mix_arms",
+    "set at most one of study.mix_arms, study.arms and study.milestone_weights",
+  )
+  for name in mix:
+    mix_arm(config, name, config.seed)  # names the field for an unknown arm or change
   if config.variant == "gpu" or config.model.checkpoint or config.data.data_dir:
     _validate_paper_scale(config)
 

@@ -86,7 +86,9 @@ def transition_sequences(
   tokens = np.concatenate([head, np.asarray(body)], 1)
   return {
     "tokens": tokens,
-    "mask": rwom.loss_mask(world.layout, out["is_expert"][task, t], config.milestone_weight),
+    "mask": rwom.loss_mask(
+      world.layout, out["is_expert"][task, t], config.milestone_weight, config.data.objective
+    ),
     "reward": out["reward"][task, t],
   }
 
@@ -114,10 +116,11 @@ def train_arrays(config) -> dict:
     parts.append(counterfactual_sequences(config, tasks, out, context, dropout_rng))
   arrays = {k: np.concatenate([p[k] for p in parts]) for k in ("tokens", "mask", "reward")}
   logging.info(
-    "rwom: %d training transitions (%d counterfactual), %.3f milestones",
+    "rwom: %d training transitions (%d counterfactual), %.3f milestones, objective %s",
     len(arrays["tokens"]),
     len(arrays["tokens"]) - len(parts[0]["tokens"]),
     arrays["reward"].mean(),
+    d.objective,
   )
   return {"tokens": arrays["tokens"], "mask": arrays["mask"]}
 
@@ -340,39 +343,51 @@ def milestone_recognition(ev: Evaluator, tasks, context_headers) -> dict:
 DIAGNOSTIC_CONTEXTS = {"none": "none", "retrieved": "retrieved", "gold": "oracle"}
 
 
+def home_clicks(config, tasks, out) -> tuple[np.ndarray, dict, np.ndarray]:
+  """The home-screen click set of rollouts `out` of `tasks`: every live state at the home screen
+  with no dialog, and from each the app's four top-menu clicks with their true next state and
+  milestone flag. Returns the clicks' task indices `[n]`, rollout-shaped arrays `[n, 1]` (every
+  click a loss target, `is_expert` true) and `right [n]`: the click is the rollout's own action (the
+  expert's, for a noise-free rollout)."""
+  env = env_of(config)
+  home = out["live"] & (out["state"][..., 0] == 0) & (out["state"][..., 1] < 0)
+  task, t = np.nonzero(home)
+  menus = mw.TOP_MENUS  # the home screen's slots hold exactly the top menus
+  clicks = np.asarray(world_of(config).layouts.labels)[tasks.layout[task], 0, :menus]
+  task_rows = np.repeat(task, menus)
+  state = np.repeat(out["state"][task, t], menus, 0)
+  layout, goal = tasks.layout[task_rows], tasks.goal[task_rows]
+  action = clicks.reshape(-1).astype(np.int32)
+  nxt = np.asarray(env.step(layout, state, action))
+  arrays = {
+    "state": state[:, None],
+    "action": action[:, None],
+    "next_state": nxt[:, None],
+    "reward": np.asarray(env.reward(layout, state, nxt, goal))[:, None],
+    "is_expert": np.ones((len(action), 1), bool),
+  }
+  right = action == np.repeat(out["action"][task, t], menus)
+  return task_rows, arrays, right
+
+
 def home_flag_diagnostics(ev: Evaluator, tasks, context_headers) -> dict:
   """Does the milestone flag read the tutorial where only the tutorial decides it?
 
   States: every state of the expert's (noise-free) rollout of `tasks` at the home screen with no
   dialog and the task not done (the start, and the home screen between targets). Clicks: each of the
-  app's four top menus there; the expert's is right (its flag is 1), the other three are wrong (flag
-  0); a click on a wrong top menu is a valid action that changes the state, and which menu is right
-  is written only in the tutorial (or in a memorised layout). Each click is fed teacher-forced with
-  its true next state, under three tutorial contexts: `none`, `retrieved` (the agent's top-2) and
-  `gold` (the gold tutorial first, the `oracle` context).
+  app's four top menus there (`home_clicks`); the expert's is right (its flag is 1), the other three
+  are wrong (flag 0); a click on a wrong top menu is a valid action that changes the state, and which
+  menu is right is written only in the tutorial (or in a memorised layout). Each click is fed
+  teacher-forced with its true next state, under three tutorial contexts: `none`, `retrieved` (the
+  agent's top-2) and `gold` (the gold tutorial first, the `oracle` context).
 
     flag_auc_<ctx>          ROC AUC of P(r = 1) for right against wrong clicks, pooled over the
                             states (0.5: the flag cannot tell them apart).
     action_accuracy_<ctx>   share of the states where the model's own action (argmax at the `act`
                             position, as in a rollout) is the expert's click."""
   out = mw.rollouts(ev.world.layouts, tasks, ev.config.seed + 43, 5 * mw.MAX_TARGETS, 0.0)
-  home = out["live"] & (out["state"][..., 0] == 0) & (out["state"][..., 1] < 0)
-  task, t = np.nonzero(home)
-  menus = mw.TOP_MENUS  # the home screen's slots hold exactly the top menus
-  clicks = np.asarray(ev.world.layouts.labels)[tasks.layout[task], 0, :menus]
-  task_rows = np.repeat(task, menus)
-  state = np.repeat(out["state"][task, t], menus, 0)
-  layout, goal = tasks.layout[task_rows], tasks.goal[task_rows]
-  action = clicks.reshape(-1).astype(np.int32)
-  nxt = np.asarray(ev.env.step(layout, state, action))
-  arrays = {
-    "state": state[:, None],
-    "action": action[:, None],
-    "next_state": nxt[:, None],
-    "reward": np.asarray(ev.env.reward(layout, state, nxt, goal))[:, None],
-    "is_expert": np.ones((len(action), 1), bool),
-  }
-  right = action == np.repeat(out["action"][task, t], menus)
+  task_rows, arrays, right = home_clicks(ev.config, tasks, out)
+  action = arrays["action"][:, 0]
   results = {}
   for name, context in DIAGNOSTIC_CONTEXTS.items():
     seqs = single_transition_sequences(

@@ -1,7 +1,8 @@
-"""R-WoM's study: one arm per seed (world, data, model), per milestone weight and seed, or the
-explicit arms of `study.arms` (counterfactual fraction, model size, seed); the table of agents and
-probes per split with mean ± std over seeds, the summary (issue keys with 95% intervals) and the
-figure by horizon (or, over weights or arm groups, of the milestone flag and agent success)."""
+"""R-WoM's study: one arm per seed (world, data, model), per milestone weight and seed, the
+explicit arms of `study.arms` (counterfactual fraction, model size, seed), or the named config changes
+of `study.mix_arms` per seed; the table of agents and probes per split (for `study.mix_arms`, one row
+per arm) with mean ± std over seeds, the summary (issue keys with 95% intervals) and the figure by
+horizon (or, over weights or arm groups, of the milestone flag and agent success)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from methods.base import (
   Report,
   figure_grid,
   interval_cell,
+  lookup,
   mean_std_cell,
   with_changes,
 )
@@ -64,6 +66,26 @@ def explicit_arm(config: ml_collections.ConfigDict, name: str) -> ml_collections
   return with_changes(config, **changes)
 
 
+def mix_arm(config: ml_collections.ConfigDict, name: str, seed: int) -> ml_collections.ConfigDict:
+  """The arm `name` of `study.mix_arms` on `seed` (world, data, model): the config with the changes
+  `study.mix[name]` (`with_changes` keywords, `data__tutorial_dropout`), each naming a field the
+  config has. The arm's config lists no sibling (`study.mix_arms` and `study.mix` empty), so a
+  finished arm stays finished when the list changes."""
+  if name not in config.study.mix:
+    raise ConfigError(
+      f"config.study.mix_arms: {name!r} has no changes in config.study.mix "
+      f"(known: {sorted(config.study.mix)})"
+    )
+  changes = config.study.mix[name].to_dict()
+  for key in changes:
+    try:
+      lookup(config, key.replace("__", "."))
+    except ConfigError:
+      raise ConfigError(f"config.study.mix.{name}: {key!r} names no field of the config") from None
+  changes.update(seed=seed, world__world_seed=seed, study__mix_arms=(), study__mix={})
+  return with_changes(config, **changes)
+
+
 def arm_group(name: str) -> str:
   """`cf1_large_seed0` -> `cf1_large` (the arms a report pools over seeds)."""
   return name.rsplit("_seed", 1)[0]
@@ -71,7 +93,15 @@ def arm_group(name: str) -> str:
 
 def study_arms(config: ml_collections.ConfigDict):
   """One arm per seed (world, data, model); with `study.milestone_weights`, one per weight and seed,
-  named `w<weight>_seed<seed>`; with `study.arms`, exactly those (`explicit_arm`)."""
+  named `w<weight>_seed<seed>`; with `study.arms`, exactly those (`explicit_arm`); with
+  `study.mix_arms`, one per name and seed, `<name>_seed<seed>` (`mix_arm`)."""
+  mix = tuple(config.study.get("mix_arms", ()))
+  if mix:
+    return [
+      (f"{name}_seed{seed}", mix_arm(config, name, seed))
+      for name in mix
+      for seed in config.study.seeds
+    ]
   explicit = tuple(config.study.get("arms", ()))
   if explicit:
     return [(name, explicit_arm(config, name)) for name in explicit]
@@ -324,10 +354,11 @@ def _interval_bars(ax, groups, series, scale: float = 1.0) -> None:
 
 
 def _counterfactual_figure(config, groups):
-  """Home-screen flag AUC per tutorial context, and agent success, by arm group (novel + updated)."""
+  """Home-screen flag AUC per tutorial context, and agent success, by arm group (novel + updated);
+  wider than 12 inches past four groups."""
   e = config.eval
   test_splits = [s for s in e.splits if s != "seen"] or list(e.splits)
-  fig, axes = figure_grid(1, 2, figsize=(12, 3.8))
+  fig, axes = figure_grid(1, 2, figsize=(max(12.0, 3.2 * len(groups)), 3.8))
   ax = axes[0, 0]
   colors = {"none": "tab:gray", "retrieved": "tab:blue", "gold": "tab:green"}
   _interval_bars(
@@ -376,7 +407,56 @@ def _reward_figure(config, groups):
   return fig
 
 
+def _mix_report(config, results) -> Report:
+  """Per arm of `study.mix_arms` (pooled over its seeds): one row (`_mix_row`), the summary keys with
+  a `_<arm>` suffix and the figure of the home-screen flag AUC per context and agent success."""
+  groups = {}
+  for name in config.study.mix_arms:
+    group = {k: v for k, v in results.items() if arm_group(k) == name}
+    if group:
+      groups[name] = group
+  notes = []
+  if "flag_only" in groups:
+    notes.append(
+      "flag_only trains the milestone flag alone: its next states and actions are untrained, so "
+      "its simulation, probes 1-2, action accuracy and world-model agents (wm, rwom) measure an "
+      "untrained head; its flag AUC is the capacity check."
+    )
+  summary = {}
+  for name, group in groups.items():
+    part = _summary(config, group)
+    summary.update({f"{k}_{name}": v for k, v in part.items()})
+    notes.append(f"arm {name}: " + _notes(config, part).replace("\n", "; "))
+  return Report(
+    rows=[_mix_row(config, name, group) for name, group in groups.items()],
+    summary=summary,
+    figures={"rwom_flag_mix": _counterfactual_figure(config, groups)},
+    notes="\n".join(notes),
+  )
+
+
+def _mix_row(config, name, group) -> dict:
+  """The arm's home-screen flag AUC and action accuracy per tutorial context and its agents'
+  success (means over the test splits, `headline`), and the retrieved simulation accuracy at the
+  last horizon (mean over the test splits); cells mean ± std over the arm's seeds."""
+  e = config.eval
+  row = {"arm": name}
+  for key, label in DIAGNOSTICS:
+    for context in DIAGNOSTIC_CONTEXTS:
+      row[f"{label} {context}"] = mean_std_cell(_values(group, f"{key}_{context}"), 100)
+  for agent in e.agents:
+    row[f"success {agent} %"] = mean_std_cell(_values(group, f"success_{agent}"), 100)
+  test_splits = [s for s in e.splits if s != "seen"] or list(e.splits)
+  last = [
+    np.mean([arm[f"sim_accuracy_retrieved_{s}"][-1] for s in test_splits]) for arm in group.values()
+  ]
+  row[f"sim@{e.horizon} retrieved %"] = mean_std_cell(last, 100)
+  return row
+
+
 def report(config, results: Mapping[str, Mapping]) -> Report:
+  if config.study.get("mix_arms", ()):
+    return _mix_report(config, results)
   if config.study.get("arms", ()):
     return _arms_report(config, results)
   if config.study.get("milestone_weights", ()):
