@@ -170,6 +170,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # milestone flag ties a harmless no-op with a wrong click that costs a step to undo
   config.eval.no_op_value = 0.5
   config.eval.budget_factor = 3  # real steps allowed per expert step
+  config.eval.judge_states = 256  # noisy-expert states per split scored by `judge_accuracy`
 
   config.data.data_dir = ""  # gpu: OSWorld / WebArena tasks and tutorial corpus
 

@@ -72,6 +72,7 @@ def test_training_visible_is_half_set_mode_half_buffer_prefixes():
   assert (visible[:, :5] == 0).all() and visible[:, 5:].min() >= 1 and visible[:, 5:].max() == 4
 
 
+@pytest.mark.slow
 def test_one_pass_joint_density_equals_the_sum_of_sequential_conditionals(setup):
   """One dense pass of [C, B_1..B_M, T_1..T_M] == M separate passes, target k seeing buffer < k ==
   the KV-cached decode loop == the one pass over the cached context (kernel masks from indices)."""
@@ -174,6 +175,7 @@ def test_mixture_head_is_a_normalised_density():
   assert float(mass) == pytest.approx(1.0, abs=1e-3)
 
 
+@pytest.mark.slow
 def test_gp_oracle_is_the_gaussian_conditional():
   """`conditional_log_density` == log N(y_all) - log N(y_ctx), padding ignored; the joint of
   correlated targets beats their independent marginals on average."""
@@ -362,6 +364,7 @@ def test_sawtooth_tasks_are_periodic_noisy_teeth():
   assert float(one) == pytest.approx(expected, rel=1e-4)
 
 
+@pytest.mark.slow
 def test_sawtooth_task_runs_through_the_loop(tmp_path):
   config = tiny_config()
   config.data.task = "sawtooth"

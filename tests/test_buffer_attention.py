@@ -37,7 +37,13 @@ def inputs(batch, queries, heads, kv_heads, dim, context, slots, context_batch, 
   )
 
 
-@pytest.mark.parametrize("name", SHAPES)
+@pytest.mark.parametrize(
+  "name",
+  [
+    n if n in ("gqa_odd", "per_stream_context") else pytest.param(n, marks=pytest.mark.slow)
+    for n in SHAPES
+  ],
+)
 def test_kernel_and_xla_match_the_broadcast_reference(name):
   args = inputs(*SHAPES[name])
   expected = buffer_attention(*args, implementation="reference")
@@ -139,6 +145,7 @@ def test_bad_inputs_name_the_argument(change, message):
     buffer_attention(*inputs(*SHAPES["decode"]), implementation="triton")
 
 
+@pytest.mark.slow
 def test_transformer_shared_cache_equals_attending_to_the_prefix_tokens():
   """`Transformer(..., shared_cache=prefill cache)` over new tokens == one pass over [prefix, new
   tokens] with the prefix visible to all and a causal mask among the new tokens; a mask the kernel

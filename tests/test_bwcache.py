@@ -159,6 +159,7 @@ def test_ddim_clip_is_inert_inside_the_range_and_bounds_a_bad_eps():
   assert float(jnp.max(jnp.abs(free - exact))) > 10 * float(jnp.max(jnp.abs(clipped - exact)))
 
 
+@pytest.mark.slow
 def test_delta_zero_is_the_uncached_sampler_under_ddim(model_and_params):
   _, _, params, x = model_and_params
   config = tiny_config()

@@ -157,6 +157,7 @@ def naive_supcon(z, labels, tau):
   return np.mean(losses) if losses else 0.0
 
 
+@pytest.mark.slow
 def test_supcon_matches_a_double_loop_and_ignores_order():
   z = np.random.default_rng(0).normal(size=(6, 5))
   labels = np.array([0, 1, 0, 2, 1, 0])  # anchor 3 has no positive: skipped
@@ -220,7 +221,13 @@ def test_top_k_coordinates_keeps_the_largest_magnitudes():
 
 
 @pytest.mark.parametrize(
-  "kind, top_k", [("cde_global", 0), ("cde_global", 8), ("cde_patch", 0), ("cde_patch", 8)]
+  "kind, top_k",
+  [
+    ("cde_global", 0),
+    pytest.param("cde_global", 8, marks=pytest.mark.slow),
+    pytest.param("cde_patch", 0, marks=pytest.mark.slow),
+    ("cde_patch", 8),
+  ],
 )
 def test_cde_logits_depend_only_on_the_delta(kind, top_k):
   """Identical images give the logits of a zero delta whatever the scene; swapping the pair negates
@@ -353,7 +360,9 @@ def test_default_model_runs_through_the_loop_with_a_warmup(tmp_path):
 @pytest.mark.parametrize(
   "changes",
   [
-    dict(model__kind="icm", loss__supcon=0.0, loss__sparsity=0.0),
+    pytest.param(
+      dict(model__kind="icm", loss__supcon=0.0, loss__sparsity=0.0), marks=pytest.mark.slow
+    ),
     dict(
       model__kind="sms",
       loss__supcon=0.0,
@@ -361,7 +370,10 @@ def test_default_model_runs_through_the_loop_with_a_warmup(tmp_path):
       data__objects="shapes_digits",
       data__num_syst_objects=6,
     ),
-    dict(model__kind="cde_patch", model__patch_loss="per_patch", data__scene="multi"),
+    pytest.param(
+      dict(model__kind="cde_patch", model__patch_loss="per_patch", data__scene="multi"),
+      marks=pytest.mark.slow,
+    ),
   ],
   ids=["icm", "sms_on_digits", "patch_per_patch"],
 )

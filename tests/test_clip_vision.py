@@ -43,6 +43,7 @@ def test_configs_from_transformers_json(arrays):
     clip_vision.CLIPVisionConfig(image_size=30, patch_size=8)
 
 
+@pytest.mark.slow
 def test_image_and_text_features_match_transformers(arrays, state_dict):
   vision_config, text_config = clip_vision.CLIPVisionConfig.tiny(), _text_config()
   vision_params, text_params = clip_vision.convert_clip_model(

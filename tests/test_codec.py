@@ -165,6 +165,7 @@ def _abstract(length):
   return jax.eval_shape(_encoder().init, jax.random.key(0), jnp.zeros((1, length)))
 
 
+@pytest.mark.slow
 def test_encodec_encoder_and_quantizer_match_transformers():
   arrays, state_dict = fixture()
   wave = arrays["waveform"]

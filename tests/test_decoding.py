@@ -29,7 +29,9 @@ def full_logits(params, tokens, prefix=None):
   return MODEL.apply(params, tokens, mask=mask).logits
 
 
-@pytest.mark.parametrize("prefix", [None, (3, 1, 2)], ids=["causal", "prefix_lm"])
+@pytest.mark.parametrize(
+  "prefix", [None, pytest.param((3, 1, 2), marks=pytest.mark.slow)], ids=["causal", "prefix_lm"]
+)
 def test_cached_decoding_equals_the_full_forward_at_every_position(prefix):
   """Prefill right-padded prompts, then feed a fixed continuation token by token: the cached logits
   at each step equal the full forward's logits at that position of the unpadded sequence."""
@@ -114,6 +116,7 @@ def test_stop_tokens_end_each_row_and_pad_after():
   assert out.lengths[0] <= 3 and out.done[0]
 
 
+@pytest.mark.slow
 def test_top_k_and_top_p_never_sample_outside_the_allowed_set():
   logits = jnp.log(jnp.array([[0.4, 0.3, 0.15, 0.1, 0.05], [0.05, 0.05, 0.1, 0.2, 0.6]]))
   rngs = jax.random.split(jax.random.key(0), 400)

@@ -96,6 +96,7 @@ def test_parameter_counts_of_the_three_neurons():
   assert spiking.num_params(spiking.init_network(jax.random.key(0), wide)) == sizes["dgn"]
 
 
+@pytest.mark.slow
 def test_recurrent_layer_with_zero_recurrent_weights_is_feed_forward():
   x = random_spikes(3, (2, 25, 12), rate=0.3)
   rec, ff = network("dgn", recurrent=True), network("dgn")

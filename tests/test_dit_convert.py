@@ -262,6 +262,7 @@ def latte_method_config(path):
   return config
 
 
+@pytest.mark.slow
 def test_safetensors_loader_through_the_method_config(tmp_path):
   sd = latte_state_dict()
   path = tmp_path / "latte.safetensors"

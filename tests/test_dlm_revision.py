@@ -35,7 +35,9 @@ def _tv_to_even_parity(law: dict, n: int) -> float:
 @pytest.mark.parametrize(
   "build", [programs.revision_parity, programs.remasking_parity, programs.monotone_chain_parity]
 )
-@pytest.mark.parametrize("n", [2, 4, 6])
+@pytest.mark.parametrize(
+  "n", [2, pytest.param(4, marks=pytest.mark.slow), pytest.param(6, marks=pytest.mark.slow)]
+)
 def test_exact_programs_are_uniform_over_even_strings_by_enumeration(build, n):
   law = programs.exact_output_distribution(build(n))
   assert sum(law.values()) == pytest.approx(1.0, abs=1e-6)
@@ -85,7 +87,9 @@ def test_window_denoiser_in_the_mdlm_sampler_matches_the_program():
   assert int(out.changed.sum()) == 0
 
 
-@pytest.mark.parametrize("n", [2, 4, 8, 16])
+@pytest.mark.parametrize(
+  "n", [2, pytest.param(4, marks=pytest.mark.slow), pytest.param(8, marks=pytest.mark.slow), 16]
+)
 def test_xor_trees_are_exact_with_size_vs_width_footprints(n):
   depth = int(math.log2(n))
   for kind, build in programs.XOR_TREES.items():
@@ -103,7 +107,7 @@ def test_xor_trees_are_exact_with_size_vs_width_footprints(n):
   assert programs.xor_tree_remasking(8).num_rounds == 2 * 3
 
 
-@pytest.mark.parametrize("n", [3, 6])
+@pytest.mark.parametrize("n", [pytest.param(3, marks=pytest.mark.slow), 6])
 def test_xor_chain_footprint_is_its_size_monotone_and_its_width_with_revision(n):
   """The deep narrow circuit: monotone CoT holds all 2n gates, revision four positions; both
   output the running parity of the n coins they drew, and the output law is exactly uniform over
@@ -323,6 +327,7 @@ def test_learned_experiment_runs_through_the_loop(tmp_path):
   assert (tmp_path / "validity_vs_nfe.png").exists()
 
 
+@pytest.mark.slow
 def test_program_experiments_run_through_the_loop(tmp_path):
   config = tiny_config(experiments=("separation", "space"))
   config.space.train_steps = 0

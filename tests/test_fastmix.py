@@ -46,6 +46,7 @@ def bigram_problem(num_sources=3, rows=4, length=6, vocab=7):
   return params, source_losses, lambda p: losses(p, target), sources
 
 
+@pytest.mark.slow
 def test_one_step_hypergradient_equals_autodiff_through_the_unrolled_step():
   params, source_losses, target_loss, _ = bigram_problem()
   logits, lr = jnp.array([0.3, -0.2, 0.1]), 0.5
@@ -66,6 +67,7 @@ def test_one_step_hypergradient_equals_autodiff_through_the_unrolled_step():
   chex.assert_trees_all_close(explicit, closed_form, atol=1e-7)
 
 
+@pytest.mark.slow
 def test_head_only_form_is_exact_when_only_the_head_trains():
   params, source_losses, target_loss, _ = bigram_problem()
   head = tasks.head_of(params)

@@ -145,6 +145,7 @@ def test_wilson_gives_spanning_trees_and_forests():
   _check_spanning_forest(parent, senders, receivers, 6)
 
 
+@pytest.mark.slow
 def test_wilson_matches_the_weighted_spanning_tree_law():
   """4-cycle with a chord, weighted: tree frequencies over 20k draws vs prod s(e) (chi-square)."""
   pairs = np.array([[0, 1], [1, 2], [2, 3], [3, 0], [0, 2]])
@@ -215,6 +216,7 @@ def test_theorem2_tree_homophily_rises_with_the_score_ratio():
 # ---------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_matrix_forms_match_the_dense_w_a_power_reference():
   """Spectral (kernel) and recursive (Eq. 7-8) forms vs sum_u prod(alpha) W_A^dist H_u, with grads."""
   rng = np.random.default_rng(4)

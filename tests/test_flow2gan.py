@@ -290,6 +290,7 @@ def test_branch_dropout_zeroes_one_branch_and_rescales():
   assert np.all(audio_convnext.branch_dropout_weights(jax.random.key(0), (8, 1), 1.0) == 1)
 
 
+@pytest.mark.slow
 def test_generator_shapes_and_parameter_matched_single_branch_arm():
   config = tiny_config()
   params = phases.init_generator(config, jax.random.key(0))
@@ -318,6 +319,7 @@ def _changed(before, after):
   }
 
 
+@pytest.mark.slow
 def test_discriminator_and_generator_updates_change_only_their_own_parameters():
   config = tiny_config()
   flow = phases.init_flow_state(config, jax.random.key(0))
@@ -543,6 +545,7 @@ def tiny_token_config():
   return config
 
 
+@pytest.mark.slow
 def test_token_condition_shapes_and_dtypes():
   config = tiny_token_config()
   state = phases.tokens.init_codec_state(config, jax.random.key(0))

@@ -353,6 +353,7 @@ def test_effect_at_new_points_is_the_fold_average(learners, fit_sample):
     assert _rmse(effect, fit_sample.tau[:50]) < 0.35
 
 
+@pytest.mark.slow
 def test_mlp_nuisances_learn_the_oracle_and_feed_fd_dr(fit_sample):
   s = fit_sample
   oracle = fd.oracle_nuisances(s.params, s.c)

@@ -66,6 +66,7 @@ def test_gaussian_kl_matches_monte_carlo():
   )
 
 
+@pytest.mark.slow
 def test_informatic_constraint_sign_flips_the_unimodal_term_and_clips_it():
   key = jax.random.split(jax.random.key(0), 4)
   labels = jnp.array([0, 1, 2, 3, 0, 1])
@@ -175,6 +176,7 @@ def test_relaxed_distance_is_shift_and_scale_invariant_and_differentiable():
   assert bool(jnp.all(jnp.isfinite(grad))) and float(jnp.abs(grad).max()) > 0
 
 
+@pytest.mark.slow
 def test_coherence_loss_is_symmetric_and_vmaps():
   latents = jax.random.normal(jax.random.key(0), (2, 16, 32)) * jnp.array([1.0, 2.0])[:, None, None]
   phi = fusion.rip_matrix(jax.random.key(1), 8, 32)
@@ -372,6 +374,7 @@ def test_confidence_loss_is_the_l1_distance_to_the_true_class_probability():
     fusion.fusion_weights("tcp", logits)
 
 
+@pytest.mark.slow
 def test_pdf_model_trains_its_confidence_nets_without_touching_the_encoders():
   config = with_changes(tiny_config(models=("if",)), model__weighting="pdf")
   model = if_mml.model_of(config, "if")

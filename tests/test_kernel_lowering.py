@@ -176,7 +176,9 @@ def _tree_rows(n: int, f: int, seed: int, per_channel: bool):
   return (x.astype(jnp.float32), *(w.astype(jnp.float32) for w in weights), *stacked, levels), block
 
 
-@pytest.mark.parametrize("n, f, per_channel", [(30, 5, True), (257, 4, False)])
+@pytest.mark.parametrize(
+  "n, f, per_channel", [(30, 5, True), pytest.param(257, 4, False, marks=pytest.mark.slow)]
+)
 def test_tpu_row_kernel_of_the_tree_matches_the_level_sweep(n, f, per_channel):
   args, block = _tree_rows(n, f, seed=n, per_channel=per_channel)
   row = functools.partial(tree_pallas.pallas_two_pass, block=block, interpret=True, kernel="row")

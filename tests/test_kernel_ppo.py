@@ -218,7 +218,9 @@ def _critic_values(config, prob, agent, transitions, valid, rng, x):
   return rkhs.rbf_gram(kernel_ppo.scaled(config, prob, x), x0) @ (b[:, None] * actions0)
 
 
-@pytest.mark.parametrize("variant, growth", [("rff", 0.0), ("exact", 1.0)])
+@pytest.mark.parametrize(
+  "variant, growth", [("rff", 0.0), pytest.param("exact", 1.0, marks=pytest.mark.slow)]
+)
 def test_policy_after_k_updates_is_softmax_of_the_step_weighted_critics(variant, growth):
   """pi_{k+1} = softmax(sum_j Delta_j f^(j)), checked against k sequential proximal steps from the
   uniform pi_1 with each f^(j) recomputed from that update's batch."""
@@ -310,6 +312,7 @@ def test_ppo_clip_loss_is_the_clipped_surrogate():
   )
 
 
+@pytest.mark.slow
 def test_npg_loss_with_precomputed_old_logits_equals_the_per_minibatch_passes():
   """The update computes pi_old's outputs once (`old_logits`) and s, s' in one stacked pass; the
   loss and its gradient are those of three separate forward passes."""
@@ -373,7 +376,9 @@ def test_smoke_run_through_the_loop_reports_every_exponent(tmp_path):
   assert os.path.exists(tmp_path / "returns.png")
 
 
-@pytest.mark.parametrize("variant", ["rff_growing", "exact", "ppo"])
+@pytest.mark.parametrize(
+  "variant", [*(pytest.param(v, marks=pytest.mark.slow) for v in ("rff_growing", "exact")), "ppo"]
+)
 def test_every_algorithm_runs_a_few_updates(variant):
   """(The smoke run above covers nn_npg through the loop.)"""
   config = tiny_config(variant)

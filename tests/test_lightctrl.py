@@ -314,6 +314,7 @@ def test_fusion_with_an_identity_relighter_is_the_ordinary_step():
 # ---------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_metrics_of_the_target_itself_and_of_the_source():
   clips = lambertian.clip_batch(0, 0, 6, frames=6, size=16, light_radius=3.0, light_height=8.0)
   jclips = {k: jnp.asarray(v) for k, v in clips.items()}

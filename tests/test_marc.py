@@ -276,12 +276,18 @@ def tiny():
 
 def test_generated_log_probs_equal_teacher_forced_ones(tiny):
   config, params, retriever, batch = tiny
-  frames = mi.visual_input(config, params["encoder"], retriever, batch, "vmr_merge")
+
+  @jax.jit  # one program: op by op, the sampler's loop compiles each primitive apart
+  def generate_and_score(params, retriever, batch):
+    frames = mi.visual_input(config, params["encoder"], retriever, batch, "vmr_merge")
+    gen = mi.answer(config, params, frames, batch, jax.random.key(3), temperature=1.0)
+    scored = vlm_lib.completion_log_probs(
+      mi.vlm_of(config), params, frames, batch["question"], batch["question_length"], gen.tokens
+    )
+    return frames, gen, scored
+
+  frames, gen, scored = generate_and_score(params, retriever, batch)
   chex.assert_shape(frames.features, (4, config.compress.budget, 4, 16))
-  gen = mi.answer(config, params, frames, batch, jax.random.key(3), temperature=1.0)
-  scored = vlm_lib.completion_log_probs(
-    mi.vlm_of(config), params, frames, batch["question"], batch["question_length"], gen.tokens
-  )
   mask = np.arange(3)[None] < np.asarray(gen.lengths)[:, None]
   np.testing.assert_allclose(np.where(mask, scored, 0.0), gen.log_probs, atol=1e-4)
 
@@ -307,6 +313,7 @@ def test_layout_places_visual_tokens_and_the_question(question_first):
   np.testing.assert_array_equal(at, tokens == i)
 
 
+@pytest.mark.slow
 def test_identical_rewards_give_zero_policy_gradient(tiny):
   """Every rollout equally rewarded -> zero advantages; at the initial student the k3 KL has zero
   gradient too, so the update leaves the student unchanged."""
@@ -443,6 +450,7 @@ def test_gpu_variant_names_its_weights_then_its_data(tmp_path):
     loop.validate(config, data_devices=1)
 
 
+@pytest.mark.slow
 def test_gpu_path_answers_a_video_as_teacher_and_merged_student(tmp_path):
   from methods.marc import paper_scale
 

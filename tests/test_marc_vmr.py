@@ -36,6 +36,7 @@ def _two_scene_video(seed=0, frames=8, cut=4):
   return np.stack([a] * cut + [b] * (frames - cut))
 
 
+@pytest.mark.slow
 def test_loaded_checkpoint_matches_transformers(retriever):
   vision = fixture_files.arrays("clip_vision")
   pixels, want = vision["pixels"].transpose(0, 2, 3, 1), vision["image_features"]
@@ -85,6 +86,7 @@ def test_clip_embeddings_and_top_k_in_temporal_order():
     paper_vmr.top_k_clips(question, clips, 0)
 
 
+@pytest.mark.slow
 def test_retrieve_returns_the_frames_of_the_closest_clips(retriever):
   video = np.concatenate([_two_scene_video(1, 6, 3), _two_scene_video(2, 4, 2)])  # 4 scenes
   kwargs = dict(threshold=0.01, min_length=2)

@@ -82,6 +82,7 @@ def _dit(dtype):
   )
 
 
+@pytest.mark.slow
 def test_video_dit_and_its_cached_sampler():
   """The forward pass, then BWCache's sampler (cache and reuse branches of its `lax.cond`) on a bf16
   DiT: the residual stream (what the cache stores) and the sampler's state stay float32, and the
@@ -109,7 +110,9 @@ def test_video_dit_and_its_cached_sampler():
   assert relative_error(approx, exact) < TOLERANCE
 
 
-@pytest.mark.parametrize("kind", ["aussm", "gru"])  # mamba's float32 Delta is aussm's
+@pytest.mark.parametrize(
+  "kind", ["aussm", pytest.param("gru", marks=pytest.mark.slow)]
+)  # mamba's float32 Delta is aussm's
 def test_state_tracker(kind):
   tokens = jax.random.randint(KEY, (4, 24), 0, 6)
   assert_bf16_matches_f32(
@@ -124,7 +127,9 @@ def _graph(num_nodes=40, num_edges=160):
   return jnp.asarray(rng.normal(size=(num_nodes, 12)), jnp.float32), senders, receivers
 
 
-@pytest.mark.parametrize("kind", ["gcn", "gat", "estimator", "fgl"])
+@pytest.mark.parametrize(
+  "kind", [*(pytest.param(k, marks=pytest.mark.slow) for k in ("gcn", "gat", "estimator")), "fgl"]
+)
 def test_graph_networks(kind):
   x, senders, receivers = _graph()
   n = x.shape[0]
@@ -153,6 +158,7 @@ def _tiny_qdpm(dtype: str):
   return config
 
 
+@pytest.mark.slow
 def test_qdpm_trains_in_bfloat16_through_the_loop(tmp_path):
   """A bf16 run of the loop: finite bound, samples on the grid (Prop. 2 holds in bf16), one trace."""
   summary = loop.run(_tiny_qdpm("bfloat16"), str(tmp_path))

@@ -66,7 +66,7 @@ def test_known_entropy_run_reports_every_estimate_against_the_entropy(tmp_path):
   assert os.path.exists(tmp_path / "samples.png")
 
 
-@pytest.mark.parametrize("kind", ["vdm", "dequantized"])
+@pytest.mark.parametrize("kind", ["vdm", pytest.param("dequantized", marks=pytest.mark.slow)])
 def test_baselines_run_and_are_not_snapped_to_the_grid(tmp_path, kind):
   results = loop.run(tiny_config(kind=kind), str(tmp_path)).results
   assert math.isfinite(results["test_bpd"])

@@ -47,6 +47,7 @@ def test_pixel_rows_and_smart_resize_match_the_processor(fixture, model):
   np.testing.assert_array_equal(resized, arrays["resized"])
 
 
+@pytest.mark.slow
 def test_vision_tower_matches_transformers(fixture, model):
   arrays, _, _ = fixture
   qvl, params = model
@@ -79,6 +80,7 @@ def test_rules_differ_on_a_long_video():
   assert list(grid_rule[0, -2:]) == [2, 3]
 
 
+@pytest.mark.slow
 def test_forward_logits_match_transformers(fixture, model):
   arrays, _, _ = fixture
   qvl, params = model
@@ -113,6 +115,7 @@ def test_mrope_with_equal_axes_is_plain_rope():
   assert not np.allclose(moved, mixed)
 
 
+@pytest.mark.slow
 def test_decoding_with_rope_deltas_equals_teacher_forcing(fixture, model):
   arrays, _, _ = fixture
   qvl, params = model

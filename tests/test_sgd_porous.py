@@ -232,6 +232,7 @@ def regular_run(tmp_path_factory):
   return loop.run(toys_config(), str(tmp_path_factory.mktemp("regular")))
 
 
+@pytest.mark.slow
 def test_sgld_at_t1_reproduces_the_exact_grid_posterior(regular_run):
   results = regular_run.results
   for init in ("prior", "posterior"):
@@ -241,6 +242,7 @@ def test_sgld_at_t1_reproduces_the_exact_grid_posterior(regular_run):
     assert results[prefix + "kl_bayes"] < 3 * results[prefix + "kl_floor"] + 0.01
 
 
+@pytest.mark.slow
 def test_sgd_on_the_regular_toy_is_the_mandt_tempered_posterior(regular_run):
   results = regular_run.results
   prefix = "R_sgd_lr0.02_b64_"
@@ -257,6 +259,7 @@ def test_sgd_on_the_regular_toy_is_the_mandt_tempered_posterior(regular_run):
   assert regular_run.step_traces == {"toys_R_b64": 1, "toys_summary": 0}
 
 
+@pytest.mark.slow
 def test_interrupted_chain_phase_resumes_to_the_same_results(tmp_path):
   config = toys_config(chains=64, steps=2000)
   config.toys.burn_in = 500

@@ -43,6 +43,7 @@ def test_fsdp_and_replicated_state_train_alike(tmp_path):
   chex.assert_trees_all_close(a, b, rtol=1e-4)
 
 
+@pytest.mark.slow
 def test_model_axis_in_the_mesh_runs_unchanged(tmp_path):
   config = tiny_config()
   config.mesh = (("data", 2), ("model", 2))

@@ -29,7 +29,7 @@ def random_inputs(shape, dtype, seed=0):
 
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("dtype", [np.float32, np.complex64])
-@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("reverse", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_pallas_and_xla_match_the_sequential_reference(shape, dtype, reverse):
   a, b, h0 = random_inputs(shape, dtype)
   expected = reference.sequential_scan(a, b, h0, reverse=reverse)
@@ -52,7 +52,7 @@ def test_gpu_schedule_and_small_chunks_match_in_interpret_mode(reverse):
   chex.assert_trees_all_close(chunked, expected, atol=2e-5, rtol=2e-5)
 
 
-@pytest.mark.parametrize("shape", [(2, 37, 5), (1, 300, 130)])
+@pytest.mark.parametrize("shape", [(2, 37, 5), pytest.param((1, 300, 130), marks=pytest.mark.slow)])
 @pytest.mark.parametrize("dtype", [np.float32, np.complex64])
 @pytest.mark.parametrize("reverse", [False, True])
 def test_pallas_gradients_match_autodiff_of_the_sequential_scan(shape, dtype, reverse):

@@ -169,7 +169,7 @@ def random_decoder():
   return tg.Decoder(model, params, chain_width=10, stop_tokens=(3, 2), eos_id=2, max_segments=6)
 
 
-@pytest.mark.parametrize("tie", [True, False])
+@pytest.mark.parametrize("tie", [pytest.param(True, marks=pytest.mark.slow), False])
 def test_head_at_chain_gives_the_scores_of_the_full_head(tie):
   model = Transformer(vocab_size=16, width=16, depth=2, num_heads=2, tie_embeddings=tie)
   params = model.init(jax.random.key(1), jnp.zeros((1, 4), jnp.int32), mask=attention.causal_mask())
@@ -184,6 +184,7 @@ def test_head_at_chain_gives_the_scores_of_the_full_head(tie):
   chex.assert_trees_all_close(scores[0], scores[1], atol=1e-5)
 
 
+@pytest.mark.slow
 def test_greedy_extension_matches_argmax_of_full_forwards(random_decoder):
   prompts = jnp.array([[1, 5, 6, 0], [1, 7, 8, 9]])
   lengths = jnp.array([3, 4])
@@ -315,7 +316,14 @@ def test_window_refinement_rewrites_only_the_window_and_only_in_the_band(random_
   assert changed.size and set(changed.tolist()) <= window  # refined: only the window moved
 
 
-@pytest.mark.parametrize("guard", [GUARD, tg.ROLLOUT_PRUNE, GUARD._replace(use_token=False)])
+@pytest.mark.parametrize(
+  "guard",
+  [
+    pytest.param(GUARD, marks=pytest.mark.slow),
+    tg.ROLLOUT_PRUNE,
+    pytest.param(GUARD._replace(use_token=False), marks=pytest.mark.slow),
+  ],
+)
 def test_token_guard_decode_shapes_and_costs(random_decoder, guard):
   prompts = jnp.array([[1, 5, 6, 0], [1, 7, 8, 9], [1, 4, 0, 0]])
   lengths = jnp.array([3, 4, 2])

@@ -299,6 +299,7 @@ def test_causal_mask_hides_the_future_and_packed_segments_match_separate_sequenc
   chex.assert_trees_all_close(together, jnp.concatenate(alone, axis=1), atol=1e-5)
 
 
+@pytest.mark.slow
 def test_continuous_embeddings_prepend_or_replace_tokens():
   model = small_model(input_dim=5)
   tokens = jnp.ones((2, 4), jnp.int32)

@@ -68,14 +68,16 @@ def _assert_close(actual, expected, tol=2e-4):
 
 
 @pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
-@pytest.mark.parametrize("n", [1, 2, 30, 257])
+@pytest.mark.parametrize(
+  "n", [1, pytest.param(2, marks=pytest.mark.slow), pytest.param(30, marks=pytest.mark.slow), 257]
+)
 def test_directed_weights_values_and_gradients_match_the_dense_reference(implementation, n):
   """w_up != w_down, one weight per edge: y and the gradients in x, w_up, w_down."""
   _check(implementation, n, seed=n, per_channel=False, directed=True, normalize=False)
 
 
 @pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
-@pytest.mark.parametrize("n", [30, 257])
+@pytest.mark.parametrize("n", [pytest.param(30, marks=pytest.mark.slow), 257])
 def test_symmetric_per_channel_weights_with_normalisation(implementation, n):
   """weight_down=None (the same weight both ways), one weight per edge and channel, normalize."""
   _check(implementation, n, seed=100 + n, per_channel=True, directed=False, normalize=True)
@@ -90,7 +92,10 @@ def test_reference_is_the_path_product():
   np.testing.assert_allclose(p, expected)
 
 
-@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+@pytest.mark.parametrize(
+  "implementation",
+  [i if i == "xla" else pytest.param(i, marks=pytest.mark.slow) for i in IMPLEMENTATIONS],
+)
 def test_vmap_over_padded_trees_and_forests(implementation):
   """A batch of trees of sizes 1..13 padded to 13 with extra roots; gradients through the vmap."""
   rng = np.random.default_rng(7)
@@ -120,6 +125,7 @@ def test_vmap_over_padded_trees_and_forests(implementation):
     _assert_close(grad[k, :m], vjp(2 * value)[0])
 
 
+@pytest.mark.slow
 def test_forest_is_the_sum_of_its_trees():
   """Two trees in one parent array do not interact."""
   rng = np.random.default_rng(3)

@@ -96,6 +96,7 @@ def test_subset_holds_the_lowest_entropy_points(fraction):
   assert w2s.subset_size(5000, 0.3) == 1500  # no float round-up (0.3 * 5000 = 1500.0000000000002)
 
 
+@pytest.mark.slow
 def test_closed_form_moments_match_monte_carlo():
   design = small_design(similarity=1.0, separation=2.0)
   num = 200_000
@@ -302,6 +303,7 @@ def test_continued_enhanced_head_starts_from_the_student(tmp_path):
   assert math.isfinite(results["enhanced_accuracy"])
 
 
+@pytest.mark.slow
 def test_regression_grid_reports_simulation_and_both_theories(tmp_path):
   config = tiny_regression()
   results = loop.run(config, str(tmp_path)).results

@@ -49,6 +49,7 @@ POSITIVE_FIELDS = (
   "eval.candidates",
   "eval.imagine_steps",
   "eval.budget_factor",
+  "eval.judge_states",
   "judge.width",
   "judge.depth",
   "judge.num_heads",

@@ -406,11 +406,14 @@ def judge_accuracy(ev: Evaluator, tasks, context_headers) -> dict:
   `eval.candidates` uniform proposals each imagined by the world model; the share of states where
   the choice is one of the candidates whose first action brings the task closest, for the listwise
   judge (`judge_accuracy_<ctx>`), for each rollout's value alone (`value_accuracy_<ctx>`) and for a
-  uniform pick (`chance_accuracy`), with no and with retrieved tutorials."""
+  uniform pick (`chance_accuracy`), with no and with retrieved tutorials, on `eval.judge_states`
+  states per split."""
   d = ev.config.data
   out = mw.rollouts(ev.world.layouts, tasks, ev.config.seed + 47, d.episode_steps, d.epsilon)
   task, t = np.nonzero(out["live"])
-  pick = np.random.default_rng([ev.config.seed, 47]).permutation(len(task))[:JUDGE_EVAL_STATES]
+  pick = np.random.default_rng([ev.config.seed, 47]).permutation(len(task))[
+    : ev.config.eval.judge_states
+  ]
   rows = (task[pick], t[pick])
   results = {}
   for context in ("none", "retrieved"):
@@ -422,9 +425,6 @@ def judge_accuracy(ev: Evaluator, tasks, context_headers) -> dict:
     results[f"value_accuracy_{context}"] = _hit(ex["best"], np.argmax(ex["value"], -1))
     results["chance_accuracy"] = float(np.mean(ex["best"].mean(1)))
   return results
-
-
-JUDGE_EVAL_STATES = 256  # states per split of `judge_accuracy`
 
 
 def _hit(best, choice) -> float:
