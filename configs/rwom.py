@@ -15,8 +15,9 @@ Variants:
   default  192 apps (160 train), a 2-block width-64 world model, 1200 steps; probes, simulation by
            horizon and the agents on 48 tasks per split: ~4 CPU-minutes.
   study    four arms (seeds 0-3: world, data and model) of the default on novel and updated apps,
-           64 tasks per split, no agents: the simulation gain over every horizon and the listwise
-           judge's accuracy against the per-candidate value and chance.
+           64 tasks per split, no agents: the simulation gain over every horizon and the
+           per-candidate value's accuracy against chance (the judge trains only with agents, so
+           its accuracy is the `agents` variant's); ~35 CPU-minutes.
   agents   two seeds with the agents: the listwise judge (wm, rwom) against the absolute reward
            (rwom_absolute) and the per-candidate value (rwom_value), 48 tasks per split.
   reward_weighted
