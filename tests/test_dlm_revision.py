@@ -439,3 +439,9 @@ def test_tied_curriculum_draws_codewords_whose_checks_copy_one_bit():
   )
   config.data.curriculum_steps = 0
   assert learned.tied_share(config, 0) == 0.0
+  # late in the curriculum a batch may draw no tied codeword at all
+  assert learned.tied_codewords(code, np.random.default_rng(1), 0).shape == (0, 12)
+  config.data.update(length=12, code_seed=3, tied_fraction=1.0, curriculum_steps=1000)
+  config.batch_size, config.num_seeds = 4, 1
+  tokens = learned.train_data(config).generate(999)["tokens"]  # share 0.001: no tied row here
+  assert tokens.shape == (4, 1, 12)

@@ -74,7 +74,7 @@ def tied_codewords(code: parity.ParityCode, rng: np.random.Generator, num: int) 
   free = np.repeat(tied, code.group_size - 1, axis=-1)
   blocks = np.concatenate([free, free.sum(-1, keepdims=True) % 2], axis=-1)
   out = np.empty((num, code.length), np.int32)
-  out[:, code.groups.reshape(-1)] = blocks.reshape(num, -1)
+  out[:, code.groups.reshape(-1)] = blocks.reshape(num, code.groups.size)  # num may be 0
   return out
 
 
