@@ -17,8 +17,10 @@ Variants:
             code of 16 two-bit checks over 32 positions, an MDLM of width 64 / 2 blocks trained for
             1500 steps; a few minutes on 2 idle CPU cores.
   study     experiments/study.py: arms "programs" (E1 n in {8, 10, 12, 16, 32} with 10^5 draws, E2
-            n in {8, 16, 32, 64}, learned at n in {8, 16}), "mdlm" (E3, plain MDLM loss) and
-            "self_correction" (E3, pi = 0.1), two seeds each: about 15 minutes on 2 idle cores.
+            n in {8, 16, 32, 64}, learned at n in {8, 16}), "mdlm" (E3, plain MDLM loss),
+            "self_correction" (E3, pi = 0.1) and "self_correction_4bit" (E3 at the paper's 4-bit
+            checks, curriculum over 1500 of 3000 steps), two seeds each: about 45 minutes on 2
+            idle cores.
   gpu       paper scale on one GPU: E1/E2 up to n = 1024, the code of four-bit checks over 256
             positions, an 8-block width-512 denoiser for 50k steps, round budgets up to 1024. Every
             dataset is generated in code and the paper (pure theory) has no released weights, so
@@ -121,6 +123,13 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
   config.study = ml_collections.ConfigDict()
   config.study.correction_rates = (0.0, 0.1)  # pi of the E3 arms ("mdlm", "self_correction")
+  # the E3 arm of the paper's wider checks, "self_correction_<g>bit" (group_size 0: no such arm):
+  # g-bit checks at the largest pi, learnable on CPU with the tied curriculum (results doc)
+  config.study.wide_checks = ml_collections.ConfigDict()
+  config.study.wide_checks.group_size = 4
+  config.study.wide_checks.tied_fraction = 1.0
+  config.study.wide_checks.curriculum_steps = 1500
+  config.study.wide_checks.steps = 3000
 
   if variant == "study":
     config.separation.lengths = (8, 10, 12, 16, 32)

@@ -394,9 +394,14 @@ def _fake_arm(config, validity_scale: float) -> dict:
 def test_study_arms_and_report():
   config = dlm_config.get_config("study")
   arms = dict(study.study_arms(config))
-  assert list(arms) == ["programs", "mdlm", "self_correction"]
+  assert list(arms) == ["programs", "mdlm", "self_correction", "self_correction_4bit"]
   assert tuple(arms["programs"].experiments) == ("separation", "space")
   assert arms["mdlm"].model.correction_rate == 0.0
+  wide = arms["self_correction_4bit"]
+  assert (wide.data.group_size, wide.data.curriculum_steps, wide.steps) == (4, 1500, 3000)
+  assert wide.model.correction_rate == 0.1 and wide.sampling.oracle
+  assert arms["self_correction"].data.group_size == 2 and arms["self_correction"].sampling.oracle
+  assert not arms["mdlm"].sampling.oracle
   programs_arm = {
     "sep_lengths": [8, 10],
     "sep_tv_noise_floor": [0.01, 0.02],
@@ -417,6 +422,12 @@ def test_study_arms_and_report():
   assert report.summary["headline_arm"] == "self_correction"
   assert report.summary["nfe_ratio_at_equal_validity"] == 4.0
   assert len(report.rows) == 2 * 2 * len(config.sampling.samplers)
+  wide = _fake_arm(config, 1.0) | {"nfe_ratio_at_equal_validity": 6.0}
+  report = study.report(config, results | {"self_correction_4bit": wide})
+  assert report.summary["headline_arm"] == "self_correction_4bit"
+  assert report.summary["nfe_ratio_at_equal_validity"] == 6.0
+  assert report.summary["self_correction/nfe_ratio_at_equal_validity"] == 4.0
+  assert len(report.rows) == 3 * 2 * len(config.sampling.samplers)
   assert "E1" in report.notes and "E2" in report.notes
   assert "dlm_revision_study" in report.figures
 

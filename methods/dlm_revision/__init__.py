@@ -36,7 +36,8 @@ Experiments (`config.experiments`), each a phase of the shared loop (`phases.py`
               `nfe_ratio_at_equal_validity` = NFE ancestral needs for `sampling.target_validity` /
               NFE revision needs (a lower bound, flagged, when ancestral never gets there).
 
-`study.py`: the study's arms ("programs", "mdlm", "self_correction"), tables, summary and figure.
+`study.py`: the study's arms ("programs", "mdlm", "self_correction", "self_correction_4bit"),
+tables, summary and figure.
 
 Checks of 2 bits by default: a check of g bits asks the denoiser for the XOR of g - 1 others, a
 sparse parity that SGD finds slowly; with g = 4 (the setting we designed first) the CPU model stayed

@@ -1,8 +1,10 @@
 """The DLM-revision study: arms, the report (tables, summary) and the figure.
 
-Arms: "programs" (E1 separation and E2 space at the study's sizes) and one E3 arm per
+Arms: "programs" (E1 separation and E2 space at the study's sizes), one E3 arm per
 `study.correction_rates` entry: "mdlm" (pi = 0, the plain MDLM loss) and "self_correction" (pi > 0:
-the denoiser also scores revealed tokens, which revision and confidence remasking read).
+the denoiser also scores revealed tokens, which revision and confidence remasking read), and the
+paper's case of wider checks, "self_correction_<g>bit" (`study.wide_checks`: g-bit checks learned
+with the tied-codeword curriculum at the largest correction rate, with its own exact denoiser).
 """
 
 from __future__ import annotations
@@ -35,9 +37,14 @@ def arm_name(rate: float) -> str:
   return "self_correction" if rate == 0.1 else f"self_correction_pi{rate:g}"
 
 
+def wide_arm_name(group_size: int) -> str:
+  return f"self_correction_{group_size}bit"
+
+
 def study_arms(config: ml_collections.ConfigDict):
-  """The arms: programs (E1, E2), then one E3 arm per correction rate; the exact denoiser's sweep
-  (the same in every arm) runs in the last one only."""
+  """The arms: programs (E1, E2), then one E3 arm per correction rate at `data.group_size` (the
+  exact denoiser's sweep, the same in each of them, runs in the last one only), then the wide-check
+  arm when `study.wide_checks.group_size` > 0 (its code differs, so it runs its own exact sweep)."""
   arms = [("programs", with_changes(config, experiments=("separation", "space")))]
   rates = tuple(config.study.correction_rates)
   for i, rate in enumerate(rates):
@@ -48,6 +55,18 @@ def study_arms(config: ml_collections.ConfigDict):
       sampling__oracle=config.sampling.oracle and i == len(rates) - 1,
     )
     arms.append((arm_name(rate), arm))
+  wide = config.study.wide_checks
+  if wide.group_size > 0:
+    arm = with_changes(
+      config,
+      experiments=("learned",),
+      data__group_size=wide.group_size,
+      data__tied_fraction=wide.tied_fraction,
+      data__curriculum_steps=wide.curriculum_steps,
+      steps=wide.steps,
+      model__correction_rate=float(max(rates)),
+    )
+    arms.append((wide_arm_name(wide.group_size), arm))
   return arms
 
 
@@ -216,7 +235,9 @@ def _summary(config, results: Mapping[str, Mapping]) -> dict:
     for key in ("val_nelbo_bits_per_token", "confidence_in_violated_group"):
       summary[f"{arm_key}/{key}"] = arm.get(key)
   if learned:
-    main = learned[-1]  # the largest pi: the model that scores revealed tokens
+    wide = wide_arm_name(config.study.wide_checks.group_size)
+    # the paper's wide checks when run, else the largest pi: the model that scores revealed tokens
+    main = wide if wide in learned else learned[-1]
     summary["headline_arm"] = main
     for key in HEADLINE:
       summary[key] = results[main].get(key)
@@ -309,7 +330,7 @@ def _plot_nfe_to_target(ax, config, results: Mapping[str, Mapping], learned: lis
   denoiser and the exact one (hatched: never reached in the sweep; the bar is its largest NFE)."""
   sources = [(name, "", name) for name in learned]
   with_exact = [name for name in learned if _denoisers(results[name])[-1][0] == "oracle_"]
-  sources += [(name, "oracle_", "exact p") for name in with_exact[:1]]
+  sources += [(name, "oracle_", f"exact p, {name}") for name in with_exact]
   names = list(config.sampling.samplers)
   width = 0.8 / len(sources)
   for j, (arm_key, prefix, label) in enumerate(sources):
@@ -338,7 +359,8 @@ def _plot_nfe_to_target(ax, config, results: Mapping[str, Mapping], learned: lis
 
 def study_figure(config, results: Mapping[str, Mapping]):
   learned = _learned_arms(results)
-  fig, axes = figure_grid(2, 3, figsize=(11, 6.4))
+  cols = max(3, len(learned) + 1)
+  fig, axes = figure_grid(2, cols, figsize=(3.7 * cols, 6.4))
   programs = results.get("programs", {})
   if "sep_lengths" in programs:
     _plot_separation(axes[0][0], axes[0][1], programs)
@@ -349,7 +371,7 @@ def study_figure(config, results: Mapping[str, Mapping]):
     ax.title.set_fontsize(8)
   if learned:
     axes[1][0].legend(fontsize=6)
-    _plot_nfe_to_target(axes[1][2], config, results, learned)
+    _plot_nfe_to_target(axes[1][-1], config, results, learned)
   for ax in axes.ravel():
     if not ax.has_data():
       ax.axis("off")
