@@ -617,7 +617,8 @@ def _synthetic_results(config, auc: float) -> dict:
     for context in e.contexts:
       out[f"sim_accuracy_{context}_{split}"] = np.linspace(1.0, auc, e.horizon)
       out[f"full_procedure_{context}_{split}"] = auc / 3
-  return out | phases.headline(config, out)
+  out |= {"judge_accuracy_retrieved": auc, "value_accuracy_retrieved": auc / 2}
+  return out | {"chance_accuracy": 0.25} | phases.headline(config, out)
 
 
 def test_flag_mix_report_has_one_row_per_arm_and_its_figure():
@@ -631,6 +632,11 @@ def test_flag_mix_report_has_one_row_per_arm_and_its_figure():
     assert row["home action acc % retrieved"] == f"{50 * auc:.1f} ± 0.0"
     assert row["success true_wm %"] == f"{100 * (auc / 4 + 0.05):.1f} ± 0.0"
     assert row[f"sim@{config.eval.horizon} retrieved %"] == f"{100 * auc:.1f} ± 0.0"
+    assert (row["judge acc. %"], row["value acc. %"]) == (
+      f"{100 * auc:.1f} ± 0.0",
+      f"{50 * auc:.1f} ± 0.0",
+    )
+    assert row["chance acc. %"] == "25.0 ± 0.0"
   assert report.summary["flag_auc_none_flag_only"] == pytest.approx(0.91)
   assert "flag_only" in report.notes
   axes = report.figures["rwom_flag_mix"].axes

@@ -435,10 +435,19 @@ def _mix_report(config, results) -> Report:
   )
 
 
+JUDGE_ACCURACIES = (
+  ("judge_accuracy_retrieved", "judge acc."),
+  ("value_accuracy_retrieved", "value acc."),
+  ("chance_accuracy", "chance acc."),
+)
+
+
 def _mix_row(config, name, group) -> dict:
   """The arm's home-screen flag AUC and action accuracy per tutorial context and its agents'
-  success (means over the test splits, `headline`), and the retrieved simulation accuracy at the
-  last horizon (mean over the test splits); cells mean ± std over the arm's seeds."""
+  success (means over the test splits, `headline`), the retrieved simulation accuracy at the
+  last horizon (mean over the test splits) and, where the judge ran, the accuracy of the listwise
+  judge, of the per-candidate value and of chance at picking a best candidate; cells mean ± std
+  over the arm's seeds."""
   e = config.eval
   row = {"arm": name}
   for key, label in DIAGNOSTICS:
@@ -451,6 +460,9 @@ def _mix_row(config, name, group) -> dict:
     np.mean([arm[f"sim_accuracy_retrieved_{s}"][-1] for s in test_splits]) for arm in group.values()
   ]
   row[f"sim@{e.horizon} retrieved %"] = mean_std_cell(last, 100)
+  for key, label in JUDGE_ACCURACIES:
+    if all(key in arm for arm in group.values()):
+      row[f"{label} %"] = mean_std_cell(_values(group, key), 100)
   return row
 
 
