@@ -94,6 +94,21 @@ def test_noisy_expert_rollouts_finish_and_expert_steps_are_milestones(world):
   assert 0 < noisy["reward"][off].mean() < 0.5
 
 
+def test_padded_batched_rollouts_equal_each_rows_own_episode(world):
+  """`rollouts` pads rows and steps to powers of two; each row still equals `rollout` with its key."""
+  layouts, moved, _ = world
+  tasks = mw.sample_tasks(np.random.default_rng(1), 5, range(6), 2, (1, 2, 3), moved)
+  out = mw.rollouts(layouts, tasks, 3, 5, 0.4)
+  keys = jax.random.split(jax.random.key(3), 5)
+  lay = jax.tree.map(jnp.asarray, layouts)
+  for i in range(5):
+    task = [jnp.asarray(a[i]) for a in (tasks.layout, tasks.start, tasks.goal)]
+    row = mw.rollout(lay, *task, keys[i], 5, 0.4)
+    for name, value in row.items():
+      chex.assert_shape(out[name][i], value.shape)
+      np.testing.assert_array_equal(out[name][i], np.asarray(value), err_msg=name)
+
+
 # ---------------------------------------------------------------------------------------------------
 # Retrieval
 # ---------------------------------------------------------------------------------------------------
@@ -441,7 +456,9 @@ def tiny_config():
   config.batch_size = 16
   config.eval.update(num_tasks=4, num_agent_tasks=4, horizon=3, contexts=("none", "retrieved"))
   config.eval.splits = ("novel", "updated")  # `seen` runs the same code on other apps
-  # every agent but true_wm, whose choice has a test of its own (the planner on the true environment)
+  # one split; every agent but true_wm, whose choice has a test of its own (the planner on the true
+  # environment)
+  config.eval.agent_splits = ("novel",)
   config.eval.agents = ("none", "rag", "wm", "rwom", "rwom_absolute", "oracle")
   config.eval.judge_states = 16
   config.judge.update(episodes=20, states=40, steps=3, batch_size=8, width=32, depth=1, num_heads=2)

@@ -373,6 +373,11 @@ def rollout(layouts: Layouts, layout, start, goal, rng, num_steps: int, epsilon:
   """One episode of the expert with probability-`epsilon` random valid actions, as arrays over
   `num_steps`: states, actions, next states, rewards, whether the action was the expert's, and
   `live` (the task was not done before the step)."""
+  return _episode(layouts, layout, start, goal, jax.random.split(rng, num_steps), epsilon)
+
+
+def _episode(layouts: Layouts, layout, start, goal, step_keys, epsilon):
+  """`rollout` with one key per step, `step_keys [num_steps]`."""
 
   def body(state, key):
     live = ~done(state, goal)
@@ -394,29 +399,39 @@ def rollout(layouts: Layouts, layout, start, goal, rng, num_steps: int, epsilon:
     )
     return jnp.where(live, nxt, state), out
 
-  _, out = jax.lax.scan(body, start, jax.random.split(rng, num_steps))
+  _, out = jax.lax.scan(body, start, step_keys)
   return out
 
 
-@functools.partial(jax.jit, static_argnums=(5,))
-def _batched_rollout(layouts, layout, start, goal, keys, num_steps, epsilon):
-  fn = lambda *a: rollout(layouts, *a, num_steps, epsilon)  # noqa: E731
-  return jax.vmap(fn)(layout, start, goal, keys)
+@jax.jit
+def _batched_episodes(layouts, layout, start, goal, step_keys, epsilon):
+  fn = lambda *a: _episode(layouts, *a, epsilon)  # noqa: E731
+  return jax.vmap(fn)(layout, start, goal, step_keys)
+
+
+def _power_of_two_at_least(n: int) -> int:
+  return 1 << max(0, (n - 1).bit_length())
 
 
 def rollouts(layouts: Layouts, tasks: Tasks, seed: int, num_steps: int, epsilon: float) -> dict:
-  """`rollout` of every task (vmapped, jitted); numpy arrays `[N, num_steps, ...]`."""
-  keys = jax.random.split(jax.random.key(seed), len(tasks.layout))
-  out = _batched_rollout(
+  """`rollout` of every task (vmapped, jitted); numpy arrays `[N, num_steps, ...]`. Row i's key is
+  the i-th of `N` split from `seed`. Rows and steps run padded to powers of two (rows repeated,
+  steps run past the end and dropped: a step never reads a later one), so that a few compiled
+  programs serve every N and `num_steps`."""
+  n = len(tasks.layout)
+  keys = jax.random.split(jax.random.key(seed), n)
+  step_keys = jax.vmap(lambda key: jax.random.split(key, num_steps))(keys)
+  rows = np.arange(_power_of_two_at_least(n)) % max(n, 1)
+  steps = np.minimum(np.arange(_power_of_two_at_least(num_steps)), num_steps - 1)
+  out = _batched_episodes(
     jax.tree.map(jnp.asarray, layouts),
-    tasks.layout,
-    tasks.start,
-    tasks.goal,
-    keys,
-    num_steps,
+    np.asarray(tasks.layout)[rows],
+    np.asarray(tasks.start)[rows],
+    np.asarray(tasks.goal)[rows],
+    step_keys[rows][:, steps],
     epsilon,
   )
-  return jax.tree.map(np.asarray, out)
+  return jax.tree.map(lambda a: np.asarray(a)[:n, :num_steps], out)
 
 
 # ---------------------------------------------------------------------------------------------------

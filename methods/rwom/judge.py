@@ -29,7 +29,7 @@ from core.nn.transformer import Transformer
 from methods.rwom.world import env_of, headers, pending_index, propose, vocab_size, world_of
 
 JUDGE_AGENTS = ("wm", "rwom")  # agents whose Eq. 11 is the listwise judge
-IMAGINE_CHUNK = 512  # rows per `imagine` call (one compiled shape)
+IMAGINE_CHUNK = 512  # most rows per `imagine` call
 
 
 def uses_judge(config) -> bool:
@@ -51,13 +51,15 @@ def positions(config) -> np.ndarray:
 
 
 def imagine_chunked(imagine_fn, heads, goals, tokens, actions) -> rwom.Imagined:
-  """`imagine_fn` over rows in chunks of `IMAGINE_CHUNK` (the last padded), as numpy."""
+  """`imagine_fn` over rows in chunks of `IMAGINE_CHUNK`, or of the power of two >= the row count
+  when fewer (the last chunk padded: few compiled shapes, little padded work), as numpy."""
   n = len(tokens)
+  chunk = min(IMAGINE_CHUNK, 1 << max(3, (n - 1).bit_length()))
   parts = []
-  for start in range(0, n, IMAGINE_CHUNK):
-    rows = np.arange(start, start + IMAGINE_CHUNK) % n
+  for start in range(0, n, chunk):
+    rows = np.arange(start, start + chunk) % n
     out = imagine_fn(heads[rows], goals[rows], tokens[rows], actions[rows])
-    keep = min(IMAGINE_CHUNK, n - start)
+    keep = min(chunk, n - start)
     parts.append([np.asarray(a)[:keep] for a in out])
   return rwom.Imagined(*(np.concatenate(p) for p in zip(*parts, strict=True)))
 
