@@ -28,7 +28,6 @@ retrieve imperfectly); `vocabulary()` lists every token the world model reads.
 
 from __future__ import annotations
 
-import functools
 from typing import NamedTuple
 
 import jax
