@@ -19,8 +19,8 @@ Variants:
   study     experiments/study.py: arms "programs" (E1 n in {8, 10, 12, 16, 32} with 10^5 draws, E2
             n in {8, 16, 32, 64}, learned at n in {8, 16}), "mdlm" (E3, plain MDLM loss),
             "self_correction" (E3, pi = 0.1) and "self_correction_4bit" (E3 at the paper's 4-bit
-            checks, curriculum over 1500 of 3000 steps), two seeds each: about 45 minutes on 2
-            idle cores.
+            checks, curriculum over 1500 of 3000 steps), two seeds each: about an hour on one
+            core (67 minutes measured on a shared machine).
   gpu       paper scale on one GPU: E1/E2 up to n = 1024, the code of four-bit checks over 256
             positions, an 8-block width-512 denoiser for 50k steps, round budgets up to 1024. Every
             dataset is generated in code and the paper (pure theory) has no released weights, so

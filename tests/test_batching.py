@@ -41,3 +41,10 @@ def test_errors_name_the_problem():
     batching.from_arrays({"a": np.zeros(3)}, 4, 0)
   with pytest.raises(ValueError, match="not divisible by 3 processes"):
     _source().batch(0, 0, 3)
+
+
+@pytest.mark.parametrize(
+  "n, minimum, want", [(1, 1, 1), (2, 1, 2), (3, 1, 4), (8, 1, 8), (9, 1, 16), (3, 8, 8), (0, 8, 8)]
+)
+def test_power_of_two_at_least(n, minimum, want):
+  assert batching.power_of_two_at_least(n, minimum) == want

@@ -15,6 +15,12 @@ import numpy as np
 Records = Callable[[np.ndarray], dict[str, np.ndarray]]
 
 
+def power_of_two_at_least(n: int, minimum: int = 1) -> int:
+  """The smallest power of two >= max(n, minimum): a batch padded to it is one of few compiled
+  shapes whatever n is, with less than n rows of padding."""
+  return 1 << max(0, (max(n, minimum) - 1).bit_length())
+
+
 def _epoch_order(seed: int, epoch: int, num_records: int) -> np.ndarray:
   return np.random.default_rng([seed, epoch]).permutation(num_records)
 

@@ -34,6 +34,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from core.data.batching import power_of_two_at_least
+
 MENU_WORDS = tuple(
   "file edit view insert format tools table window help data layout review page style font color "
   "shape chart image link media audio video share print export import account profile privacy "
@@ -408,10 +410,6 @@ def _batched_episodes(layouts, layout, start, goal, step_keys, epsilon):
   return jax.vmap(fn)(layout, start, goal, step_keys)
 
 
-def _power_of_two_at_least(n: int) -> int:
-  return 1 << max(0, (n - 1).bit_length())
-
-
 def rollouts(layouts: Layouts, tasks: Tasks, seed: int, num_steps: int, epsilon: float) -> dict:
   """`rollout` of every task (vmapped, jitted); numpy arrays `[N, num_steps, ...]`. Row i's key is
   the i-th of `N` split from `seed`. Rows and steps run padded to powers of two (rows repeated,
@@ -420,8 +418,8 @@ def rollouts(layouts: Layouts, tasks: Tasks, seed: int, num_steps: int, epsilon:
   n = len(tasks.layout)
   keys = jax.random.split(jax.random.key(seed), n)
   step_keys = jax.vmap(lambda key: jax.random.split(key, num_steps))(keys)
-  rows = np.arange(_power_of_two_at_least(n)) % max(n, 1)
-  steps = np.minimum(np.arange(_power_of_two_at_least(num_steps)), num_steps - 1)
+  rows = np.arange(power_of_two_at_least(n)) % max(n, 1)
+  steps = np.minimum(np.arange(power_of_two_at_least(num_steps)), num_steps - 1)
   out = _batched_episodes(
     jax.tree.map(jnp.asarray, layouts),
     np.asarray(tasks.layout)[rows],

@@ -64,7 +64,7 @@ def study_arms(config: ml_collections.ConfigDict):
       data__tied_fraction=wide.tied_fraction,
       data__curriculum_steps=wide.curriculum_steps,
       steps=wide.steps,
-      model__correction_rate=float(max(rates)),
+      model__correction_rate=float(max(rates, default=config.model.correction_rate)),
     )
     arms.append((wide_arm_name(wide.group_size), arm))
   return arms

@@ -54,7 +54,7 @@ def imagine_chunked(imagine_fn, heads, goals, tokens, actions) -> rwom.Imagined:
   """`imagine_fn` over rows in chunks of `IMAGINE_CHUNK`, or of the power of two >= the row count
   when fewer (the last chunk padded: few compiled shapes, little padded work), as numpy."""
   n = len(tokens)
-  chunk = min(IMAGINE_CHUNK, 1 << max(3, (n - 1).bit_length()))
+  chunk = min(IMAGINE_CHUNK, batching.power_of_two_at_least(n, minimum=8))
   parts = []
   for start in range(0, n, chunk):
     rows = np.arange(start, start + chunk) % n
