@@ -13,6 +13,7 @@ import time
 
 import chex
 import jax
+import launch
 import pytest
 from test_quant_diffusion import tiny_config
 
@@ -47,9 +48,7 @@ def _flags(config) -> list[str]:
 
 
 def _env():
-  env = dict(os.environ, JAX_NUM_CPU_DEVICES="4", JAX_PLATFORMS="cpu")
-  env.pop("XLA_FLAGS", None)
-  return env
+  return launch.subprocess_env(devices=4)
 
 
 def _complete_steps(workdir):

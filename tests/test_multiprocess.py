@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import chex
+import launch
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -34,17 +35,11 @@ def _free_port() -> int:
     return s.getsockname()[1]
 
 
-def _env(devices: int) -> dict:
-  env = dict(os.environ, JAX_NUM_CPU_DEVICES=str(devices), JAX_PLATFORMS="cpu")
-  env.pop("XLA_FLAGS", None)
-  return env
-
-
 def _launch(args, devices):
   return subprocess.Popen(
     [sys.executable, "experiments/train.py", *args],
     cwd=REPO,
-    env=_env(devices),
+    env=launch.subprocess_env(devices),
     stdout=subprocess.PIPE,
     stderr=subprocess.STDOUT,
     text=True,

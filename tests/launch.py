@@ -1,0 +1,15 @@
+"""The environment of a test's launcher subprocess: CPU only, the tests' XLA flags (tests/conftest.py
+put them in $XLA_FLAGS) without a fake device count of the caller's, and `JAX_NUM_CPU_DEVICES`."""
+
+import os
+
+
+def subprocess_env(devices: int = 4) -> dict:
+  flags = [
+    f
+    for f in os.environ.get("XLA_FLAGS", "").split()
+    if not f.startswith("--xla_force_host_platform_device_count")
+  ]
+  return dict(
+    os.environ, XLA_FLAGS=" ".join(flags), JAX_NUM_CPU_DEVICES=str(devices), JAX_PLATFORMS="cpu"
+  )
