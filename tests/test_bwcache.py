@@ -26,7 +26,7 @@ T = 12
 def tiny_config():
   config = bwcache_config.get_config()
   config.data.update(frames=4, size=8)
-  config.model.update(hidden=24, depth=3, heads=2, mlp_ratio=2)
+  config.model.update(hidden=24, depth=2, heads=2, mlp_ratio=2)
   config.batch_size = 4
   config.steps = 2
   config.cache.update(num_steps=T, num_videos=2, timing_repeats=1, reuse=2)
@@ -37,11 +37,16 @@ def tiny_config():
 @pytest.fixture(scope="module")
 def model_and_params():
   config = tiny_config()
-  params = bwcache.dit(config).init(jax.random.key(0), jnp.zeros((1, 4, 8, 8, 1)), jnp.zeros((1,)))
-  # make the blocks non-trivial (AdaLN-Zero starts every block as the identity)
-  params = jax.tree.map(
-    lambda p: p + 0.05 * jax.random.normal(jax.random.key(p.size), p.shape), params
-  )
+
+  @jax.jit  # one compiled program instead of an op-by-op init
+  def init():
+    params = bwcache.dit(config).init(jax.random.key(0), jnp.zeros((1, 4, 8, 8, 1)), jnp.zeros(1))
+    # make the blocks non-trivial (AdaLN-Zero starts every block as the identity)
+    return jax.tree.map(
+      lambda p: p + 0.05 * jax.random.normal(jax.random.key(p.size), p.shape), params
+    )
+
+  params = init()
   x = jax.random.normal(jax.random.key(1), (2, 4, 8, 8, 1))
   return config, bwcache.blockwise(config), params, x
 
@@ -69,8 +74,8 @@ def test_dit_shapes_patching_and_errors():
   for attention in ("full", "alternating"):
     net = VideoDiT((4, 8, 8, 1), (2, 4, 4), hidden=24, depth=2, heads=2, attention=attention)
     x = jax.random.normal(jax.random.key(0), (3, 4, 8, 8, 1))
-    params = net.init(jax.random.key(1), x, jnp.zeros((3,)))
-    out = net.apply(params, x, jnp.full((3,), 0.5))
+    params = jax.jit(net.init)(jax.random.key(1), x, jnp.zeros((3,)))
+    out = jax.jit(net.apply)(params, x, jnp.full((3,), 0.5))
     chex.assert_shape(out, x.shape)
     chex.assert_type(out, jnp.float32)
     tokens = net.apply(params, x, method=VideoDiT.patchify)

@@ -1,6 +1,7 @@
 """LightCtrl: the renderer, LMI, the frequency filters and GAR, the Euler-ancestral step with x0
 replacement, the fusion loop, the metrics, the method's config checks and a run through the loop."""
 
+import functools
 import importlib
 import itertools
 import json
@@ -224,6 +225,13 @@ def _lmi_contrast(light_x: float, mask_kind: str, detail: bool) -> float:
   light = jnp.asarray(lambertian.light_maps(np.asarray(path), size, 2.0))[..., None]
   mask = relighting.lmi_masks(path, size, 2.0, 0.2)
   inject = {"none": 0.0 * mask, "mask": mask, "complement": 1.0 - mask}[mask_kind]
+  out = _lmi_fusion(source, light, inject, detail)
+  inside = jnp.mean(out * mask) / jnp.mean(mask)
+  return float(inside - jnp.mean(out * (1 - mask)) / jnp.mean(1 - mask))
+
+
+@functools.partial(jax.jit, static_argnums=3)  # every scene and mask: one program per `detail`
+def _lmi_fusion(source, light, inject, detail):
   fns = relighting.PipelineFns(
     encode=lambda x: x,
     decode=lambda x: x,
@@ -238,9 +246,7 @@ def _lmi_contrast(light_x: float, mask_kind: str, detail: bool) -> float:
     z = relighting.inject_light_map(z, inject, jax.random.normal(inject_key, z.shape), 0.8)
     return relighting.lightctrl_sample(fns, schedule, z, source, loop_key, 0.15, detail)
 
-  out = jax.vmap(one)(jax.random.split(jax.random.key(0), 8))[..., 0]
-  inside = jnp.mean(out * mask) / jnp.mean(mask)
-  return float(inside - jnp.mean(out * (1 - mask)) / jnp.mean(1 - mask))
+  return jax.vmap(one)(jax.random.split(jax.random.key(0), 8))[..., 0]
 
 
 @pytest.mark.parametrize("light_x", [9.0, 2.5])
@@ -349,14 +355,19 @@ def tiny_config():
 def _random_state(config):
   s, c, f = models.latent_size(config), config.autoencoder.latent_channels, config.data.frames
   key = jax.random.key(0)
-  ae = models.autoencoder(config).init(key, jnp.zeros((1, config.data.size, config.data.size, 3)))
-  rel = models.relighter(config).init(
-    key, jnp.zeros((1, s, s, models.relighter_channels(config))), jnp.zeros(1), jnp.zeros(1, int)
-  )
-  vdm = models.video_prior(config).init(
-    key, jnp.zeros((1, f, s, s, c)), jnp.zeros(1), jnp.zeros(1, int)
-  )
-  return {"ae": {"params": ae, "scale": jnp.float32(1.0)}, "relighter": rel, "vdm": vdm}
+
+  @jax.jit  # one compiled program instead of three op-by-op inits
+  def init():
+    ae = models.autoencoder(config).init(key, jnp.zeros((1, config.data.size, config.data.size, 3)))
+    rel = models.relighter(config).init(
+      key, jnp.zeros((1, s, s, models.relighter_channels(config))), jnp.zeros(1), jnp.zeros(1, int)
+    )
+    vdm = models.video_prior(config).init(
+      key, jnp.zeros((1, f, s, s, c)), jnp.zeros(1), jnp.zeros(1, int)
+    )
+    return {"ae": {"params": ae, "scale": jnp.float32(1.0)}, "relighter": rel, "vdm": vdm}
+
+  return init()
 
 
 def test_pipeline_on_random_networks_has_the_video_shape():

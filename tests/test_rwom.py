@@ -450,19 +450,23 @@ def config_splits():
 def tiny_config():
   config = rwom_config.get_config()
   config.world.update(num_apps=8, train_apps=6)
-  config.data.update(train_episodes=60)
+  # 32 episodes of 8 steps: one compiled rollout program with the judge's 20 episodes (rows pad to
+  # 32); judge_accuracy's 8 steps share the noisy probe's program (6 steps pad to 8)
+  config.data.update(train_episodes=32, episode_steps=8)
   config.model.update(width=32, depth=1, num_heads=2)
   config.steps = 4
   config.batch_size = 16
   config.eval.update(num_tasks=4, num_agent_tasks=4, horizon=3, contexts=("none", "retrieved"))
+  config.eval.update(imagine_steps=2, budget_factor=2)  # shorter imagined and real agent episodes
   config.eval.splits = ("novel", "updated")  # `seen` runs the same code on other apps
   # one split; every agent but true_wm, whose choice has a test of its own (the planner on the true
   # environment)
   config.eval.agent_splits = ("novel",)
   config.eval.agents = ("none", "rag", "wm", "rwom", "rwom_absolute", "oracle")
   config.eval.judge_states = 16
-  config.judge.update(episodes=20, states=40, steps=3, batch_size=8, width=32, depth=1, num_heads=2)
-  config.loop.update(log_every=2, checkpoint_every=2)
+  # 16 states x 3 candidates: the same `imagine` chunk (64 rows) as judge_accuracy's 16 states
+  config.judge.update(episodes=20, states=16, steps=3, batch_size=8, width=32, depth=1, num_heads=2)
+  config.loop.update(log_every=2, checkpoint_every=4)
   return config
 
 

@@ -32,7 +32,7 @@ sys.argv = [{launcher!r}] + {flags!r}
 app.run({launcher}.main)
 """
 SLOW_TRAIN = dict(steps=150, step_seconds=0.02)
-SLOW_CHUNKS = dict(num_chunks=4, chunk_seconds=1.5)
+SLOW_CHUNKS = dict(num_chunks=4, chunk_seconds=0.75)
 
 
 def _config(**changes):
@@ -118,7 +118,7 @@ def test_sigterm_between_evaluation_chunks_saves_them_and_the_rerun_runs_only_th
   process = _start("train", workdir, **SLOW_CHUNKS)
   _wait_for(os.path.join(workdir, "phases", "evaluate", "part0.json"), process)
   code, seconds, output = _signal_and_wait(process, signal.SIGTERM)
-  assert code == 0 and seconds < 1.5 * 2 + 3, output[-3000:]
+  assert code == 0 and seconds < SLOW_CHUNKS["chunk_seconds"] * 2 + 4, output[-3000:]
   assert "stopped in phase 'evaluate' after evaluation chunk 'part" in output
   saved = sorted(os.listdir(os.path.join(workdir, "phases", "evaluate")))
   assert 1 <= len(saved) < SLOW_CHUNKS["num_chunks"] and not os.path.exists(

@@ -454,15 +454,19 @@ def test_llama_conversion_names_bad_keys():
 def tiny_config():
   config = tg_config.get_config()
   config.data.update(
-    num_persons=30, num_cities=5, num_companies=4, num_ages=8, num_test=6, num_dev=6
+    num_persons=30, num_cities=5, num_companies=4, num_ages=8, num_test=4, num_dev=4
   )
   config.model.update(width=16, depth=2, num_heads=2)
   config.batch_size = 8
   config.steps = 4
-  config.guard.update(beams=2, rollouts=2, max_steps=2, max_refine=1, global_iterations=1)
-  config.guard.refine_top_p = config.guard.top_p  # shares the compiled sampler
+  # one beam: the beams' rows are the questions' (fewer shapes to compile); the draw among beams
+  # and the answer cluster over several beams run in test_token_guard_decode_shapes_and_costs
+  config.guard.update(beams=1, rollouts=2, max_steps=2, max_refine=1, global_iterations=1)
+  # the analysis draws' sampler (temperature 1, no top-k / top-p): one compiled `extend` with the
+  # answer completion; top-k / top-p filtering is tested in tests/test_decoding.py
+  config.guard.update(temperature=1.0, top_k=0, top_p=1.0, refine_top_p=1.0)
   config.eval.update(
-    chunk=6,
+    chunk=4,
     chain_width=14,
     num_samples=2,
     analysis_samples=1,
