@@ -528,9 +528,10 @@ def exact_output_distribution(program: Program, max_states: int = 200_000) -> di
   """The exact law of the output, by propagating the law of the state through every round (each
   state's next-state law is the product of the per-position laws). For small L."""
   law = {(MASK,) * program.length: 1.0}
+  transition = jax.jit(program.transition)  # one compile per state count, not one per operation
   for r in range(program.num_rounds):
     states = np.array(list(law), np.int32)
-    probs = np.asarray(program.transition(jnp.asarray(states), jnp.asarray(r)))
+    probs = np.asarray(transition(jnp.asarray(states), jnp.asarray(r)))
     new: dict[tuple, float] = {}
     for state, weight, p in zip(law, law.values(), probs, strict=True):
       choices = [

@@ -226,10 +226,12 @@ def test_iterative_attacks_hurt_a_trained_network_at_least_as_much_as_fgsm():
     logits = spiking.apply_network(params, xa, net).logits
     return optax.softmax_cross_entropy_with_integer_labels(logits, y).sum()
 
-  losses = {
-    name: float(loss_of(attacks.attack(name, loss_of, x, 0.1, 5, 0.05, jax.random.key(13))))
-    for name in attacks.ATTACKS
-  }
+  # one compiled program per attack (eagerly, each scan of the network compiled on its own)
+  attacked_loss = jax.jit(
+    lambda x, key, name: loss_of(attacks.attack(name, loss_of, x, 0.1, 5, 0.05, key)),
+    static_argnames="name",
+  )
+  losses = {name: float(attacked_loss(x, jax.random.key(13), name)) for name in attacks.ATTACKS}
   clean = float(loss_of(x))
   assert losses["fgsm"] > clean and losses["bim"] >= losses["fgsm"] * 0.999
   assert losses["pgd"] > clean
