@@ -143,10 +143,16 @@ def validation_loss(config, state, rng) -> dict[str, float]:
   held_out = jnp.asarray(
     videos.video_batch(config.seed + 1, 0, config.cache.num_videos, **_video_kwargs(config))
   )
-  # jitted: the same numbers as the op-by-op call (checked bitwise), a few times faster to run
-  loss_fn = jax.jit(functools.partial(training_loss, config))
+  loss_fn = jitted_training_loss(config)
   losses = [loss_fn(state["ema_params"], held_out, jax.random.fold_in(rng, i)) for i in range(4)]
   return {validation_key(config): float(np.mean(losses))}
+
+
+@cached_per_config(maxsize=4)
+def jitted_training_loss(config):
+  """`(params, videos, rng) -> loss`, compiled once for every evaluation of a run (the same numbers
+  as the op-by-op call)."""
+  return jax.jit(functools.partial(training_loss, config))
 
 
 def validation_key(config) -> str:
