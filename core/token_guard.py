@@ -229,6 +229,7 @@ def segment_ids(chain, lengths, stop_tokens):
   return jnp.where(valid, before, -1), starts
 
 
+@functools.partial(jax.jit, static_argnames=("guard",))
 def threshold_adjustment(guard: Guard, fact, logic):
   """Eq. 15: +delta_tau (wider refine band) for low F_fact with high F_logic, -delta_tau for the
   reverse, else 0."""
@@ -381,11 +382,13 @@ def extend(
   return Extension(chain, new_lengths, added, log_prob, chain_done(chain, new_lengths, eos_id))
 
 
+@functools.partial(jax.jit, static_argnames=("eos_id",))
 def chain_done(chain, lengths, eos_id):
   last = jnp.take_along_axis(chain, jnp.maximum(lengths - 1, 0)[:, None], 1)[:, 0]
   return ((lengths > 0) & (last == eos_id)) | (lengths >= chain.shape[1])
 
 
+@functools.partial(jax.jit, static_argnames=("stop_tokens", "width"))
 def last_segment(chain, lengths, stop_tokens, width: int):
   """The tokens of each row's last segment, `[N, width]` padded with -1 (a cluster key)."""
   ids, _ = segment_ids(chain, lengths, stop_tokens)
@@ -565,6 +568,7 @@ def _last(values, counts):
   return jnp.take_along_axis(values, jnp.maximum(counts - 1, 0)[:, None], 1)[:, 0]
 
 
+@jax.jit
 def _segment_log_prob(scores: ChainScores, lengths, segment: jax.Array):
   """Mean log-prob of the tokens of segment `segment [N]` of each chain (teacher-forced)."""
   start = jnp.take_along_axis(scores.segment_start, segment[:, None], 1)
@@ -581,6 +585,7 @@ def _segment_log_prob(scores: ChainScores, lengths, segment: jax.Array):
   return jnp.sum(inside * log_p, 1) / jnp.maximum(inside.sum(1), 1)
 
 
+@functools.partial(jax.jit, static_argnames=("use_token",))
 def refine_cut(scores: ChainScores, lengths, segment, use_token: bool):
   """Eq. 10's window start: one token before the lowest-F_tok token of segment `segment [N]`
   (the segment's start without token scores)."""
@@ -614,21 +619,33 @@ def rewrite_window(
   token i of segment `segment [N]` (the whole segment without token scores), keeping every token on
   both sides; the segment's stop tokens stay in place and a draw that writes a stop token inside
   the window is dropped. Returns (chain, lengths, rewritten tokens [N], tried [N])."""
+  stops = decoder.stop_tokens + (decoder.eos_id,)
+  cut, window = _window(scores, lengths, segment, chain, need, guard.use_token, stops)
+  ext = decoder.extend(prompts, plens, chain, cut, rng, window_width(guard), sampling, (-1,))
+  new, rewritten, tried = _keep_window(window, need, ext.chain, chain, stops)
+  return new, lengths, rewritten, tried
+
+
+@functools.partial(jax.jit, static_argnames=("use_token", "stops"))
+def _window(scores: ChainScores, lengths, segment, chain, need, use_token: bool, stops):
+  """`rewrite_window`'s cut per row (the chain's length where not `need`) and its window mask
+  `[N, C]`: the segment's tokens from the cut, at most three with token scores, stop tokens left out."""
   start = jnp.take_along_axis(scores.segment_start, segment[:, None], 1)[:, 0]
   end = _segment_end(scores, lengths, segment)
-  cut = refine_cut(scores, lengths, segment, guard.use_token)
-  win_end = jnp.minimum(cut + 3, end) if guard.use_token else end
-  width = window_width(guard)
+  cut = refine_cut(scores, lengths, segment, use_token)
+  win_end = jnp.minimum(cut + 3, end) if use_token else end
   ids = jnp.arange(chain.shape[1])[None]
-  stops = jnp.asarray(decoder.stop_tokens + (decoder.eos_id,), jnp.int32)
-  window = (ids >= cut[:, None]) & (ids < win_end[:, None]) & ~jnp.isin(chain, stops)
+  window = (ids >= cut[:, None]) & (ids < win_end[:, None]) & ~jnp.isin(chain, jnp.asarray(stops))
   window &= need[:, None] & (ids >= start[:, None])
-  ext = decoder.extend(
-    prompts, plens, chain, jnp.where(need, cut, lengths), rng, width, sampling, (-1,)
-  )
-  tried = need & window.any(-1) & ~jnp.any(window & jnp.isin(ext.chain, stops), -1)
-  new = jnp.where(window & tried[:, None], ext.chain, chain)
-  return new, lengths, window.sum(-1), tried
+  return jnp.where(need, cut, lengths), window
+
+
+@functools.partial(jax.jit, static_argnames=("stops",))
+def _keep_window(window, need, drawn, chain, stops):
+  """The drawn window where it was tried and wrote no stop token; (chain, rewritten [N], tried [N])."""
+  writes_stop = jnp.any(window & jnp.isin(drawn, jnp.asarray(stops)), -1)
+  tried = need & window.any(-1) & ~writes_stop
+  return jnp.where(window & tried[:, None], drawn, chain), window.sum(-1), tried
 
 
 def rewrite(
@@ -666,6 +683,7 @@ class _Beams(NamedTuple):
   done: jax.Array
 
 
+@jax.jit
 def _where_rows(mask, new, old):
   return jax.tree.map(
     lambda a, b: jnp.where(mask.reshape(mask.shape + (1,) * (a.ndim - 1)), a, b), new, old
@@ -740,12 +758,10 @@ def token_guard_decode(
   adj, stopped = jnp.zeros(q), jnp.zeros(q, bool)
   first_rollout = (jnp.arange(q * m) % r) == 0
   for step in range(guard.max_steps):
-    active_beam = ~beams.done & ~jnp.repeat(stopped, b)
-    if not bool(jnp.any(active_beam)):
+    parent, active = _expand(beams, stopped, r)
+    if not bool(jnp.any(active)):
       break
     key = jax.random.fold_in(rng, step)
-    parent = jax.tree.map(lambda x: jnp.repeat(x, r, 0), beams)
-    active = jnp.repeat(active_beam, r)
     ext = decoder.extend(
       cand_prompts, cand_plens, parent.chain, parent.lengths, key, guard.segment_length, sampling
     )
@@ -787,17 +803,34 @@ def token_guard_decode(
       jax.random.fold_in(key, 2),
       beams=b,
     )
-    rows = (jnp.arange(q)[:, None] * m + picks).reshape(-1)
-    new_done = chain_done(cand[0], cand[1], decoder.eos_id)
-    value = jnp.where(active, log_prob, parent.value)
-    beams = _Beams(cand[0][rows], cand[1][rows], value[rows], advantage[rows], new_done[rows])
+    beams = _next_beams(cand, picks, log_prob, advantage, parent, active, decoder.eos_id)
     if guard.use_global:
-      first = rows.reshape(q, b)[:, 0]
+      first = jnp.arange(q) * m + picks[:, 0]
       adj = threshold_adjustment(guard, scores.fact[first], scores.logic[first])
     stopped |= (share >= guard.stop_share) & (step + 1 >= min_steps)
   return _finish(decoder, guard, thresholds, beams, beam_prompts, beam_plens, rng, passes, q)
 
 
+@functools.partial(jax.jit, static_argnames=("rollouts",))
+def _expand(beams: _Beams, stopped, rollouts: int):
+  """Each beam repeated once per rollout, and which of them extend (unfinished, not stopped)."""
+  beam_stopped = jnp.repeat(stopped, beams.chain.shape[0] // stopped.shape[0])
+  parent = jax.tree.map(lambda x: jnp.repeat(x, rollouts, 0), beams)
+  return parent, jnp.repeat(~beams.done & ~beam_stopped, rollouts)
+
+
+@functools.partial(jax.jit, static_argnames=("eos_id",))
+def _next_beams(cand, picks, log_prob, advantage, parent: _Beams, active, eos_id: int) -> _Beams:
+  """The beams `select_beams` picked (`picks [Q, B]` indexes each question's candidates)."""
+  chain, lengths = cand
+  m = chain.shape[0] // picks.shape[0]
+  rows = (jnp.arange(picks.shape[0])[:, None] * m + picks).reshape(-1)
+  value = jnp.where(active, log_prob, parent.value)
+  done = chain_done(chain, lengths, eos_id)
+  return _Beams(chain[rows], lengths[rows], value[rows], advantage[rows], done[rows])
+
+
+@functools.partial(jax.jit, static_argnames=("guard", "q", "m"))
 def kept_candidates(guard, thresholds, scores, log_prob, active, valid, adj, q: int, m: int):
   """The candidates `select_beams` draws from: valid, past the width pruning and, with the segment
   level, not discarded (a new segment with F_seg < tau_low - adj)."""
@@ -808,6 +841,7 @@ def kept_candidates(guard, thresholds, scores, log_prob, active, valid, adj, q: 
   return keep
 
 
+@jax.jit
 def _in_band(scores: ChainScores, thresholds: Thresholds, adj):
   f = _last(scores.segment, scores.num_segments)
   return (f >= thresholds.tau_low - adj) & (f < thresholds.tau_high + adj)
