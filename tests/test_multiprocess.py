@@ -9,24 +9,22 @@ import sys
 import chex
 import launch
 import pytest
+from test_faults import _flags  # the command line that rebuilds a config
+
+from configs import quant_diffusion as qdpm_config
+from experiments import loop
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TINY = [
-  "--config=configs/quant_diffusion.py",
-  "--config.steps=6",
-  "--config.batch_size=16",
-  "--config.model.width=32",
-  "--config.model.depth=2",
-  "--config.model.time_features=8",
-  "--config.data.num_eval_examples=16",
-  "--config.eval.num_u_samples=4",
-  "--config.eval.chunk=8",
-  "--config.eval.num_samples=4",
-  "--config.eval.sampler_steps=4",
-  "--config.eval.mc_c_samples=8",
-  "--config.loop.log_every=2",
-  "--config.loop.checkpoint_every=3",
-]
+
+
+def tiny_config():
+  config = qdpm_config.get_config()
+  config.update(steps=6, batch_size=16)
+  config.model.update(width=32, depth=2, time_features=8)
+  config.data.num_eval_examples = 16
+  config.eval.update(num_u_samples=4, chunk=8, num_samples=4, sampler_steps=4, mc_c_samples=8)
+  config.loop.update(log_every=2, checkpoint_every=3)
+  return config
 
 
 def _free_port() -> int:
@@ -72,7 +70,7 @@ def test_two_processes_match_one_process(tmp_path):
   processes = [
     _launch(
       [
-        *TINY,
+        *_flags(tiny_config()),
         f"--workdir={multi}",
         f"--coordinator_address=127.0.0.1:{port}",
         "--num_processes=2",
@@ -83,9 +81,9 @@ def test_two_processes_match_one_process(tmp_path):
     for i in range(2)
   ]
   outputs = _finish(processes)
-  single = str(tmp_path / "single")
-  _finish([_launch([*TINY, f"--workdir={single}"], devices=4)])
-  chex.assert_trees_all_close(_results(multi), _results(single), rtol=1e-4)
+  # the one-process run in this process: the tests' four CPU devices
+  single = loop.run(tiny_config(), str(tmp_path / "single")).results
+  chex.assert_trees_all_close(_results(multi), single, rtol=1e-4)
   assert "step 6/6" in outputs[0]
   rows = [json.loads(line) for line in open(os.path.join(multi, "metrics.jsonl"))]
   assert [r["step"] for r in rows if "loss" in r] == list(range(1, 7)), (
