@@ -10,21 +10,11 @@ import chex
 import launch
 import pytest
 from test_faults import _flags  # the command line that rebuilds a config
+from test_quant_diffusion import tiny_config
 
-from configs import quant_diffusion as qdpm_config
 from experiments import loop
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def tiny_config():
-  config = qdpm_config.get_config()
-  config.update(steps=6, batch_size=16)
-  config.model.update(width=32, depth=2, time_features=8)
-  config.data.num_eval_examples = 16
-  config.eval.update(num_u_samples=4, chunk=8, num_samples=4, sampler_steps=4, mc_c_samples=8)
-  config.loop.update(log_every=2, checkpoint_every=3)
-  return config
 
 
 def _free_port() -> int:

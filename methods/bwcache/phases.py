@@ -150,8 +150,7 @@ def validation_loss(config, state, rng) -> dict[str, float]:
 
 @cached_per_config(maxsize=4)
 def jitted_training_loss(config):
-  """`(params, videos, rng) -> loss`, compiled once for every evaluation of a run (the same numbers
-  as the op-by-op call)."""
+  """`(params, videos, rng) -> loss`, compiled once for every evaluation of a run."""
   return jax.jit(functools.partial(training_loss, config))
 
 
