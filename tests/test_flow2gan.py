@@ -535,7 +535,7 @@ def test_examples_from_a_finished_runs_checkpoints(tiny_run):
 
 
 def tiny_token_config():
-  """`tiny_config` conditioned on the tokens of a 3-codebook codec of hop 32 (a multiple of the branch hop)."""
+  """`tiny_config` conditioned on the tokens of a 3-codebook codec of hop 32 (the branch hop)."""
   config = tiny_config()
   config.model.condition = "tokens"
   config.codec.update(
