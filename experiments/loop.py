@@ -18,6 +18,7 @@ it (`Phase.sized_by`), instead of an out-of-memory error from inside XLA.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
 import os
@@ -29,6 +30,7 @@ from typing import Any
 import jax
 import ml_collections
 import numpy as np
+import orbax.checkpoint as ocp
 from absl import logging
 
 import methods
@@ -80,6 +82,10 @@ class _LastSaved:
 
 
 LAST_SAVED = _LastSaved()
+
+# Every process passes the same barriers in the same order, so a count names each one uniquely.
+_BARRIER_COUNT = itertools.count()
+_BARRIER_TIMEOUT_MS = 15 * 60 * 1000
 
 
 class BadBatchError(ValueError):
@@ -332,6 +338,7 @@ class _PhaseRunner:
   def _check_memory(self, program: str, jitted, *args) -> None:
     """Compiles `jitted` for `args` and raises `ConfigError` if it cannot fit the device."""
     compiled = jitted.lower(*args).compile()
+    _sync_processes(f"{self.phase.name} {program} compiled")
     problem = memory_problem(
       compiled,
       self.mesh,
@@ -404,8 +411,21 @@ def _agreed_stop(should_stop: StopRequest, phase: str, step: int, at_log_step: b
     return False
   from jax.experimental import multihost_utils
 
+  _sync_processes(f"{phase} stop vote at step {step}")
   votes = multihost_utils.process_allgather(np.asarray(should_stop(phase, step), np.int32))
   return bool(np.any(votes))
+
+
+def _sync_processes(name: str) -> None:
+  """Waits until every process reaches the barrier `name`, for up to 15 minutes.
+
+  A CPU collective (gloo) gives up after 30 s without its peers, the first one of each device group
+  included; a process that imports or compiles slower than the others would fail it. Meeting first
+  at the coordination service's barrier, whose wait the loop sets, starts each one together.
+  """
+  if jax.process_count() > 1:
+    barrier = ocp.multihost.get_barrier_sync_fn()
+    barrier(key=f"loop {next(_BARRIER_COUNT)}: {name}", timeout_ms=_BARRIER_TIMEOUT_MS)
 
 
 class _BatchChecker:
