@@ -23,9 +23,22 @@ def _free_port() -> int:
     return s.getsockname()[1]
 
 
-def _launch(args, devices):
+# experiments/train.py, slowed: the process imports its method 35 s after the other, past the 30 s
+# that a CPU collective (gloo) waits for its peers
+_LAGGING_TRAIN = """
+import runpy, sys, time
+import methods
+get_method = methods.get_method
+methods.get_method = lambda name: (time.sleep(35), get_method(name))[1]
+sys.argv[0] = "experiments/train.py"
+runpy.run_path("experiments/train.py", run_name="__main__")
+"""
+
+
+def _launch(args, devices, lagging=False):
+  command = ["-c", _LAGGING_TRAIN] if lagging else ["experiments/train.py"]
   return subprocess.Popen(
-    [sys.executable, "experiments/train.py", *args],
+    [sys.executable, *command, *args],
     cwd=REPO,
     env=launch.subprocess_env(devices),
     stdout=subprocess.PIPE,
@@ -54,23 +67,27 @@ def _results(workdir):
     return json.load(f)
 
 
-def test_two_processes_match_one_process(tmp_path):
+def _launch_two(workdir, lagging=False):
   port = _free_port()
-  multi = str(tmp_path / "multi")
-  processes = [
+  return [
     _launch(
       [
         *_flags(tiny_config()),
-        f"--workdir={multi}",
+        f"--workdir={workdir}",
         f"--coordinator_address=127.0.0.1:{port}",
         "--num_processes=2",
         f"--process_id={i}",
       ],
       devices=2,
+      lagging=lagging and i == 1,
     )
     for i in range(2)
   ]
-  outputs = _finish(processes)
+
+
+def test_two_processes_match_one_process(tmp_path):
+  multi = str(tmp_path / "multi")
+  outputs = _finish(_launch_two(multi))
   # the one-process run in this process: the tests' four CPU devices
   single = loop.run(tiny_config(), str(tmp_path / "single")).results
   chex.assert_trees_all_close(_results(multi), single, rtol=1e-4)
@@ -79,6 +96,15 @@ def test_two_processes_match_one_process(tmp_path):
   assert [r["step"] for r in rows if "loss" in r] == list(range(1, 7)), (
     "only process 0 writes metrics"
   )
+
+
+@pytest.mark.slow
+def test_a_process_far_behind_the_other_still_trains(tmp_path):
+  workdir = str(tmp_path / "multi")
+  outputs = _finish(_launch_two(workdir, lagging=True))
+  assert "step 6/6" in outputs[0]
+  single = loop.run(tiny_config(), str(tmp_path / "single")).results
+  chex.assert_trees_all_close(_results(workdir), single, rtol=1e-4)
 
 
 if __name__ == "__main__":
