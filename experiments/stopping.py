@@ -12,6 +12,10 @@ exit code through `os._exit`, without waiting for the call. A second signal ends
 backstop runs on its own thread, woken through `signal.set_wakeup_fd` by the interpreter's C-level
 handler, so it fires even while the main thread is blocked in XLA.
 
+Before a launcher has built its `StopSignals` (while it imports, parses flags and loads the config),
+`exit_at_once_until_started` ends it at once on either signal, with the same exit code: nothing has
+been written yet.
+
 What was finished is on disk either way (checkpoints and chunk files are written atomically), so
 running the same command again resumes.
 """
@@ -34,6 +38,24 @@ SIGNALS = (signal.SIGTERM, signal.SIGINT)
 def exit_code_for(signum: int) -> int:
   """0 for SIGTERM (preemption: the job is resumable), 128 + signum otherwise (130 for SIGINT)."""
   return 0 if signum == signal.SIGTERM else 128 + signum
+
+
+def exit_at_once_until_started() -> None:
+  """Until `StopSignals` takes over, SIGTERM/SIGINT end the launcher at once with `exit_code_for`:
+  while it imports, parses flags and loads the config nothing has been written, so nothing is lost
+  (and no KeyboardInterrupt traceback). Call first thing in a launcher's module."""
+  for signum in SIGNALS:
+    signal.signal(signum, _exit_before_start)
+
+
+def _exit_before_start(signum, frame) -> None:
+  del frame
+  print(
+    f"{signal.Signals(signum).name} before the run started: nothing to save; exiting",
+    file=sys.stderr,
+    flush=True,
+  )
+  os._exit(exit_code_for(signum))
 
 
 class StopSignals:

@@ -27,8 +27,15 @@ from __future__ import annotations
 import os
 import sys
 
-from absl import app, flags, logging
-from ml_collections import config_flags
+if __name__ == "__main__":
+  # the repository's packages without an install; a signal during the slow imports exits cleanly
+  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  from experiments import stopping
+
+  stopping.exit_at_once_until_started()
+
+from absl import app, flags, logging  # noqa: E402
+from ml_collections import config_flags  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file(
   "config", None, "Path to a configs/<method>.py[:variant].", lock_config=True
@@ -108,5 +115,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   app.run(main)

@@ -11,6 +11,7 @@ import time
 
 import chex
 import jax
+import launch
 import pytest
 
 import methods
@@ -156,6 +157,37 @@ def test_a_stop_inside_one_long_call_exits_after_the_grace_period_naming_what_wa
   assert code == 0 and 2.0 <= seconds < 8, output[-3000:]
   assert "Last saved: phase 'blocking' step 0" in output  # its init's checkpoint
   assert os.path.exists(os.path.join(workdir, "phases", "evaluate.json"))
+
+
+def _catches(pid: int, signum: int) -> bool:
+  with open(f"/proc/{pid}/status") as f:
+    caught = next(int(line.split()[1], 16) for line in f if line.startswith("SigCgt:"))
+  return bool(caught >> (signum - 1) & 1)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads /proc")
+@pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 0), (signal.SIGINT, 130)])
+def test_a_signal_while_the_launcher_starts_exits_at_once_with_its_code(tmp_path, signum, code):
+  workdir = str(tmp_path / "run")
+  process = subprocess.Popen(
+    [sys.executable, "experiments/train.py", f"--config={REPO}/configs/quant_diffusion.py"]
+    + [f"--workdir={workdir}"],
+    cwd=REPO,
+    env=launch.subprocess_env(),
+    stdout=subprocess.PIPE,
+    stderr=subprocess.STDOUT,
+    text=True,
+  )
+  deadline = time.time() + 60
+  # Python catches SIGINT from the start; SIGTERM is caught once the launcher's first lines ran
+  while not _catches(process.pid, signal.SIGTERM):
+    assert process.poll() is None and time.time() < deadline, process.communicate()[0][-3000:]
+    time.sleep(0.002)
+  time.sleep(0.05)
+  exit_code, seconds, output = _signal_and_wait(process, signum)
+  assert exit_code == code and seconds < 10, output[-3000:]
+  assert f"{signal.Signals(signum).name} before the run started: nothing to save" in output
+  assert "Traceback" not in output and not os.path.exists(workdir)
 
 
 def test_exit_codes_follow_the_signal():
