@@ -1,5 +1,5 @@
 """Four fake CPU devices for every test, set before JAX initialises its backends, the launchers' XLA
-CPU flags plus three that cut compile time to a third, and a compilation cache of the larger programs
+CPU flags plus four that cut compile time to about a third, and a compilation cache of the larger programs
 shared by the test processes of a session (the workers and the launcher subprocesses compile the same
 steps)."""
 
@@ -11,12 +11,15 @@ from experiments import runtime
 
 # Tests spend most of their time compiling small programs: LLVM's cheap pipeline halves that and slows
 # the small runs less than it saves; XLA:CPU's older elemental emitters compile fusions in half the time
-# of its MLIR fusion emitters (same numbers, checked on the whole suite). Subprocesses (the launcher
-# tests) inherit them through $XLA_FLAGS (tests/launch.py).
+# of its MLIR fusion emitters (same numbers, checked on the whole suite); one LLVM module per program
+# instead of parts compiled in parallel, since the workers already keep every core busy (7-12% less
+# compile time in paired runs). Subprocesses (the launcher tests) inherit them through $XLA_FLAGS
+# (tests/launch.py).
 _TEST_XLA_FLAGS = (
   "--xla_backend_optimization_level=0",
   "--xla_llvm_disable_expensive_passes=true",
   "--xla_cpu_use_fusion_emitters=false",
+  "--xla_cpu_parallel_codegen_split_count=1",
 )
 os.environ["XLA_FLAGS"] = " ".join((os.environ.get("XLA_FLAGS", ""), *_TEST_XLA_FLAGS)).strip()
 runtime.configure_xla_cpu()  # before JAX starts its backend
