@@ -181,7 +181,9 @@ def test_a_signal_while_the_launcher_starts_exits_at_once_with_its_code(tmp_path
   deadline = time.time() + 60
   # Python catches SIGINT from the start; SIGTERM is caught once the launcher's first lines ran
   while not _catches(process.pid, signal.SIGTERM):
-    assert process.poll() is None and time.time() < deadline, process.communicate()[0][-3000:]
+    if process.poll() is not None or time.time() > deadline:
+      process.kill()
+      raise AssertionError(f"never caught SIGTERM: {process.communicate()[0][-3000:]}")
     time.sleep(0.002)
   time.sleep(0.05)
   exit_code, seconds, output = _signal_and_wait(process, signum)
