@@ -1,7 +1,7 @@
 """Four fake CPU devices for every test, set before JAX initialises its backends, the launchers' XLA
-CPU flags plus four that cut compile time to about a third, and a compilation cache of the larger programs
-shared by the test processes of a session (the workers and the launcher subprocesses compile the same
-steps)."""
+CPU flags plus four that cut compile time to about a third, and a compilation cache of the larger
+programs shared by the test processes of a session (the workers and the launcher subprocesses compile
+the same steps)."""
 
 import os
 import sys

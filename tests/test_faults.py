@@ -80,15 +80,8 @@ def _wait_for_rows(workdir, process, rows=5, timeout=120):
 
 @pytest.mark.slow  # by default: the six-step SIGTERM test in test_quant_diffusion.py
 def test_sigterm_saves_exits_zero_and_resumes_to_the_same_result(tmp_path, uninterrupted):
-  command = [
-    sys.executable,
-    "experiments/train.py",
-    *_flags(_long_config()),
-    f"--workdir={tmp_path}",
-  ]
-  process = subprocess.Popen(
-    command, cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-  )
+  command = ["experiments/train.py", *_flags(_long_config()), f"--workdir={tmp_path}"]
+  process = launch.start(command)
   try:
     _wait_for_rows(str(tmp_path), process)
     process.send_signal(signal.SIGTERM)
@@ -101,7 +94,7 @@ def test_sigterm_saves_exits_zero_and_resumes_to_the_same_result(tmp_path, unint
   steps = _complete_steps(str(tmp_path))
   assert 0 < steps[-1] < LONG["steps"] and not os.path.exists(tmp_path / "results.json")
   resumed = subprocess.run(
-    command, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300
+    [sys.executable, *command], cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300
   )
   assert resumed.returncode == 0, resumed.stderr[-2000:]
   assert f"resumed from step {steps[-1]}" in resumed.stderr

@@ -3,7 +3,6 @@
 import json
 import os
 import socket
-import subprocess
 import sys
 
 import chex
@@ -13,8 +12,6 @@ from test_faults import _flags  # the command line that rebuilds a config
 from test_quant_diffusion import tiny_config
 
 from experiments import loop
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _free_port() -> int:
@@ -37,14 +34,7 @@ runpy.run_path("experiments/train.py", run_name="__main__")
 
 def _launch(args, devices, lagging=False):
   command = ["-c", _LAGGING_TRAIN] if lagging else ["experiments/train.py"]
-  return subprocess.Popen(
-    [sys.executable, *command, *args],
-    cwd=REPO,
-    env=launch.subprocess_env(devices),
-    stdout=subprocess.PIPE,
-    stderr=subprocess.STDOUT,
-    text=True,
-  )
+  return launch.start([*command, *args], devices)
 
 
 def _finish(processes, timeout=240):

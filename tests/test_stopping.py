@@ -169,14 +169,8 @@ def _catches(pid: int, signum: int) -> bool:
 @pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 0), (signal.SIGINT, 130)])
 def test_a_signal_while_the_launcher_starts_exits_at_once_with_its_code(tmp_path, signum, code):
   workdir = str(tmp_path / "run")
-  process = subprocess.Popen(
-    [sys.executable, "experiments/train.py", f"--config={REPO}/configs/quant_diffusion.py"]
-    + [f"--workdir={workdir}"],
-    cwd=REPO,
-    env=launch.subprocess_env(),
-    stdout=subprocess.PIPE,
-    stderr=subprocess.STDOUT,
-    text=True,
+  process = launch.start(
+    ["experiments/train.py", "--config=configs/quant_diffusion.py", f"--workdir={workdir}"]
   )
   deadline = time.time() + 60
   # Python catches SIGINT from the start; SIGTERM is caught once the launcher's first lines ran
